@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Device lifecycle policy: which `rdma link add` requests are accepted, what a
+//! MetaRoCE device reports to ib_core (`query_device`, `query_port`), and how it
+//! follows its network device. Safe code only; the mechanics live in [`crate::ffi`].
+
+use crate::ffi::{self, DeviceCaps, IbDev, IbMtu, NetDev, NetdevEvent, PortInfo};
+use core::ffi::CStr;
+use kernel::prelude::*;
+
+/// Bytes every MetaRoCE datagram spends on headers below the RDMA payload, in the worst
+/// case (IPv6 40 + UDP 8 + MetaRoCE data header and extensions, rounded up to 64).
+/// The active MTU advertised to verbs is the largest IB MTU that fits after it.
+pub(crate) const ENCAP_OVERHEAD: u32 = 40 + 8 + 64;
+
+/// Number of GID table entries per port: room for several IPv4 and IPv6 addresses,
+/// each as RoCE v1 and v2 entries, filled by ib_core from the netdev's addresses.
+const GID_TABLE_LEN: u32 = 128;
+
+/// Per-device driver state, stored inside ib_core's device allocation.
+pub(crate) struct DeviceData {
+    /// EUI-64 derived from the netdev's MAC, big-endian; also the system image GUID.
+    node_guid_be: u64,
+}
+
+/// EUI-64 from a MAC address (RFC 4291 appendix A: flip the U/L bit, insert FF:FE).
+pub(crate) fn eui64_from_mac(mac: [u8; 6]) -> [u8; 8] {
+    [mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]]
+}
+
+/// The largest IB MTU whose payload plus [`ENCAP_OVERHEAD`] fits in `netdev_mtu`.
+pub(crate) fn ib_mtu_for(netdev_mtu: u32) -> IbMtu {
+    let room = netdev_mtu.saturating_sub(ENCAP_OVERHEAD);
+    match room {
+        4096.. => IbMtu::M4096,
+        2048.. => IbMtu::M2048,
+        1024.. => IbMtu::M1024,
+        512.. => IbMtu::M512,
+        _ => IbMtu::M256,
+    }
+}
+
+/// `rdma link add NAME type metaroce netdev DEV`.
+pub(crate) fn newlink(name: &CStr, ndev: &NetDev) -> Result {
+    if !ndev.is_ethernet() {
+        pr_err!(
+            "cannot add {:?}: {:?} is not an Ethernet device\n",
+            name,
+            ndev.name()
+        );
+        return Err(EINVAL);
+    }
+    let mac = ndev.hw_addr().ok_or_else(|| {
+        pr_err!("cannot add {:?}: {:?} has no hardware address\n", name, ndev.name());
+        EINVAL
+    })?;
+    let guid = u64::from_ne_bytes(eui64_from_mac(mac));
+    let data = DeviceData { node_guid_be: guid };
+    match IbDev::create(name, ndev, data, guid) {
+        Ok(()) => {
+            pr_info!("added {:?} on {:?}\n", name, ndev.name());
+            Ok(())
+        }
+        Err(e) if e == EEXIST => {
+            pr_err!("cannot add {:?}: {:?} already has a MetaRoCE device\n", name, ndev.name());
+            Err(e)
+        }
+        Err(e) => {
+            pr_err!("cannot add {:?} on {:?}: error {}\n", name, ndev.name(), e.to_errno());
+            Err(e)
+        }
+    }
+}
+
+/// `rdma link del NAME`: ib_core unregisters the device right after this returns.
+pub(crate) fn dellink(dev: &IbDev) -> Result {
+    pr_info!("deleting {:?}\n", dev.name());
+    Ok(())
+}
+
+/// The device is being freed (after unregistration); last call for `dev`.
+pub(crate) fn on_dealloc(dev: &IbDev) {
+    pr_info!("removed {:?}\n", dev.name());
+}
+
+/// Netdev events: a device whose netdev disappears is unregistered with it. Port
+/// up/down is followed by ib_core itself (`ib_dispatch_port_state_event`), and
+/// [`port_info`] reads the MTU live.
+pub(crate) fn netdev_event(ndev: &NetDev, event: NetdevEvent) {
+    if event == NetdevEvent::Unregister {
+        let n = ffi::unregister_on_netdev(ndev);
+        if n > 0 {
+            pr_info!("{:?} is going away: unregistering its MetaRoCE device\n", ndev.name());
+        }
+    }
+}
+
+/// What `query_device` reports. The limits are those the data path enforces.
+pub(crate) fn device_caps(dev: &IbDev) -> DeviceCaps {
+    DeviceCaps {
+        vendor_id: 0xffffff,
+        vendor_part_id: 0x4d52, // "MR"
+        hw_ver: 1,
+        fw_ver: 1,
+        sys_image_guid_be: dev.data().node_guid_be,
+        max_mr_size: u64::MAX,
+        page_size_cap: 0xffff_f000,
+        max_qp: 16384,
+        max_qp_wr: 16384,
+        max_sge: 32,
+        max_sge_rd: 32,
+        max_cq: 16384,
+        max_cqe: (1 << 16) - 1,
+        max_mr: 65536,
+        max_pd: 65536,
+        max_qp_rd_atom: 128,
+        max_ah: 65536,
+        max_srq: 4096,
+        max_srq_wr: 16384,
+        max_srq_sge: 32,
+        atomics: true,
+    }
+}
+
+/// What `query_port` reports: state and MTU follow the netdev.
+pub(crate) fn port_info(dev: &IbDev) -> PortInfo {
+    let (state, mtu) = dev
+        .with_netdev(|n| (n.port_state(), n.mtu()))
+        .unwrap_or((ffi::PortState::Down, 0));
+    PortInfo {
+        state,
+        max_mtu: IbMtu::M4096,
+        active_mtu: ib_mtu_for(mtu),
+        gid_tbl_len: GID_TABLE_LEN,
+        max_msg_sz: 1 << 31,
+    }
+}
+
+#[kunit_tests(rdma_metaroce_device)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eui64_flips_universal_local_bit_and_inserts_fffe() {
+        let eui = eui64_from_mac([0x02, 0x11, 0x22, 0x33, 0x44, 0x55]);
+        assert_eq!(eui, [0x00, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55]);
+    }
+
+    #[test]
+    fn active_mtu_leaves_room_for_encapsulation() {
+        assert_eq!(ib_mtu_for(1500), IbMtu::M1024);
+        assert_eq!(ib_mtu_for(9000), IbMtu::M4096);
+        assert_eq!(ib_mtu_for(2048 + ENCAP_OVERHEAD), IbMtu::M2048);
+        assert_eq!(ib_mtu_for(2048 + ENCAP_OVERHEAD - 1), IbMtu::M1024);
+        assert_eq!(ib_mtu_for(0), IbMtu::M256);
+    }
+}

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * C helpers for rdma_metaroce: the macros and static inline functions of the
+ * kernel headers that Rust cannot call directly. Each is a one-line forwarder;
+ * no driver logic lives here.
+ */
+#ifndef RDMA_METAROCE_HELPERS_H
+#define RDMA_METAROCE_HELPERS_H
+
+#include <linux/netdevice.h>
+#include <rdma/ib_verbs.h>
+
+/* ib_alloc_device_with_net(): allocates `size` bytes whose head is a struct ib_device,
+ * in the network namespace of `ndev`. */
+struct ib_device *mrc_ib_alloc_device(size_t size, struct net_device *ndev);
+/* ib_device_try_get() */
+bool mrc_ib_device_try_get(struct ib_device *dev);
+/* ib_get_curr_port_state() */
+enum ib_port_state mrc_netdev_port_state(struct net_device *ndev);
+/* netdev_notifier_info_to_dev() */
+struct net_device *mrc_notifier_netdev(void *info);
+/* dev_hold() / dev_put() */
+void mrc_dev_hold(struct net_device *ndev);
+void mrc_dev_put(struct net_device *ndev);
+/* netdev_name(): the interface name, NUL-terminated. */
+const char *mrc_netdev_name(const struct net_device *ndev);
+/* ndev->type, ndev->mtu, ndev->ifindex */
+unsigned short mrc_netdev_type(const struct net_device *ndev);
+unsigned int mrc_netdev_mtu(const struct net_device *ndev);
+int mrc_netdev_ifindex(const struct net_device *ndev);
+/* The 6-byte hardware address, copied into `out`; false if the device has none. */
+bool mrc_netdev_hw_addr(const struct net_device *ndev, u8 out[6]);
+/* ibdev_info(dev, "%s", msg) */
+void mrc_ibdev_info(const struct ib_device *dev, const char *msg);
+/* num_possible_cpus() */
+unsigned int mrc_num_possible_cpus(void);
+/* THIS_MODULE of rdma_metaroce. */
+struct module *mrc_this_module(void);
+
+#endif

@@ -1,0 +1,435 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! RDMA devices: allocation inside ib_core, the `ib_device_ops` table, and the
+//! registry of this driver's live devices.
+
+use super::{link::LinkOps, raw, NetDev};
+use crate::device::DeviceData;
+use core::ffi::{c_int, CStr};
+use core::ptr::NonNull;
+use kernel::prelude::*;
+use kernel::types::Opaque;
+
+/// Port state as reported to ib_core.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum PortState {
+    /// Link up with carrier.
+    Active,
+    /// Link down.
+    Down,
+}
+
+/// IBTA MTU codes (`enum ib_mtu`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u32)]
+pub(crate) enum IbMtu {
+    /// 256 bytes.
+    M256 = 1,
+    /// 512 bytes.
+    M512 = 2,
+    /// 1024 bytes.
+    M1024 = 3,
+    /// 2048 bytes.
+    M2048 = 4,
+    /// 4096 bytes.
+    M4096 = 5,
+}
+
+/// What `query_port` reports; chosen by the driver logic.
+pub(crate) struct PortInfo {
+    pub(crate) state: PortState,
+    pub(crate) max_mtu: IbMtu,
+    pub(crate) active_mtu: IbMtu,
+    pub(crate) gid_tbl_len: u32,
+    pub(crate) max_msg_sz: u32,
+}
+
+/// What `query_device` reports; chosen by the driver logic.
+pub(crate) struct DeviceCaps {
+    pub(crate) vendor_id: u32,
+    pub(crate) vendor_part_id: u32,
+    pub(crate) hw_ver: u32,
+    pub(crate) fw_ver: u64,
+    pub(crate) sys_image_guid_be: u64,
+    pub(crate) max_mr_size: u64,
+    pub(crate) page_size_cap: u64,
+    pub(crate) max_qp: u32,
+    pub(crate) max_qp_wr: u32,
+    pub(crate) max_sge: u32,
+    pub(crate) max_sge_rd: u32,
+    pub(crate) max_cq: u32,
+    pub(crate) max_cqe: u32,
+    pub(crate) max_mr: u32,
+    pub(crate) max_pd: u32,
+    pub(crate) max_qp_rd_atom: u32,
+    pub(crate) max_ah: u32,
+    pub(crate) max_srq: u32,
+    pub(crate) max_srq_wr: u32,
+    pub(crate) max_srq_sge: u32,
+    pub(crate) atomics: bool,
+}
+
+/// The allocation ib_core makes for each of this driver's devices: `struct ib_device`
+/// first (ib_core requires it at offset 0), then the driver's data.
+#[repr(C)]
+struct DevAlloc {
+    ib: raw::ib_device,
+    data: DeviceData,
+}
+
+/// A `struct ib_device` of this driver, borrowed.
+///
+/// # Invariants
+///
+/// The device is the head of a [`DevAlloc`] whose `data` is initialised, and both stay
+/// alive for the lifetime of the reference.
+#[repr(transparent)]
+pub(crate) struct IbDev(Opaque<raw::ib_device>);
+
+impl IbDev {
+    /// Borrows a raw device.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must be a device allocated by [`IbDev::create`] whose data has not been
+    /// dropped, alive for `'a`. Every ib_core callback installed by [`OPS`] satisfies
+    /// this: ib_core only invokes a device's ops on that device, and `dealloc_driver` is
+    /// the last call.
+    pub(crate) unsafe fn from_raw<'a>(ptr: *mut raw::ib_device) -> &'a IbDev {
+        // SAFETY: `IbDev` is `repr(transparent)` over `Opaque<ib_device>`; the caller
+        // guarantees the rest.
+        unsafe { &*ptr.cast::<IbDev>() }
+    }
+
+    fn as_ptr(&self) -> *mut raw::ib_device {
+        self.0.get()
+    }
+
+    /// The driver data of this device.
+    pub(crate) fn data(&self) -> &DeviceData {
+        // SAFETY: By the type invariant `self` heads a live `DevAlloc` with initialised
+        // data, and the data is only dropped in `dealloc_driver` when no borrow remains.
+        unsafe { &(*self.as_ptr().cast::<DevAlloc>()).data }
+    }
+
+    /// The device name (`mrc0`); empty until ib_core assigned it at registration.
+    pub(crate) fn name(&self) -> &CStr {
+        // SAFETY: `name` is a NUL-terminated array inside the live device (zeroed at
+        // allocation, written with a terminator by ib_core).
+        unsafe { CStr::from_ptr((*self.as_ptr()).name.as_ptr()) }
+    }
+
+    /// Runs `f` with the network device bound to port 1, if any.
+    pub(crate) fn with_netdev<R>(&self, f: impl FnOnce(&NetDev) -> R) -> Option<R> {
+        // SAFETY: The device is alive (type invariant); ib_device_get_netdev returns a
+        // held reference or NULL.
+        let ndev = unsafe { raw::ib_device_get_netdev(self.as_ptr(), 1) };
+        if ndev.is_null() {
+            return None;
+        }
+        // SAFETY: We hold a reference on `ndev` until the `dev_put` below.
+        let r = f(unsafe { NetDev::from_raw(ndev) });
+        // SAFETY: Drops the reference taken by ib_device_get_netdev.
+        unsafe { raw::mrc_dev_put(ndev) };
+        Some(r)
+    }
+
+    /// Creates, registers and publishes a new device named `name` on `ndev`.
+    ///
+    /// Fails with `EEXIST` if `ndev` already carries a device of this driver.
+    pub(crate) fn create(name: &CStr, ndev: &NetDev, data: DeviceData, node_guid_be: u64) -> Result {
+        // SAFETY: `ndev` is alive (borrowed); the helper returns a zeroed allocation of
+        // the requested size headed by an initialised `ib_device`, or NULL.
+        let ib = unsafe { raw::mrc_ib_alloc_device(core::mem::size_of::<DevAlloc>(), ndev.as_ptr()) };
+        let ib = NonNull::new(ib).ok_or(ENOMEM)?;
+        let alloc = ib.as_ptr().cast::<DevAlloc>();
+        // SAFETY: `alloc` is a fresh, exclusively owned allocation of `DevAlloc` size;
+        // the data slot is written exactly once before any op can run.
+        unsafe { (&raw mut (*alloc).data).write(data) };
+        // SAFETY: The device is exclusively ours until registered; `OPS` is static.
+        // From here on `dealloc_driver` drops `data` whenever the device is freed.
+        unsafe {
+            raw::ib_set_device_ops(ib.as_ptr(), &OPS.0);
+            let dev = &mut *ib.as_ptr();
+            dev.ops.owner = raw::mrc_this_module();
+            dev.node_type = raw::RDMA_NODE_IB_CA as u8;
+            dev.phys_port_cnt = 1;
+            dev.num_comp_vectors = raw::mrc_num_possible_cpus() as c_int;
+            dev.node_guid = node_guid_be;
+            dev.link_ops = LinkOps::ops_ptr();
+            let desc = b"MetaRoCE\0";
+            for (d, s) in dev.node_desc.iter_mut().zip(desc.iter()) {
+                *d = *s as _;
+            }
+        }
+
+        let undo = |err: Error| -> Error {
+            // SAFETY: Registration did not succeed, so ib_core requires the driver to
+            // free the device; `dealloc_driver` then drops `data` and unpublishes it.
+            unsafe { raw::ib_dealloc_device(ib.as_ptr()) };
+            err
+        };
+
+        registry_insert(ib, ndev.id()).map_err(undo)?;
+        // SAFETY: Both are alive; ib_core takes its own netdev reference.
+        let ret = unsafe { raw::ib_device_set_netdev(ib.as_ptr(), ndev.as_ptr(), 1) };
+        kernel::error::to_result(ret).map_err(undo)?;
+        // SAFETY: The device is fully initialised; `name` is NUL-terminated.
+        let ret = unsafe { raw::ib_register_device(ib.as_ptr(), name.as_ptr(), core::ptr::null_mut()) };
+        kernel::error::to_result(ret).map_err(undo)?;
+        registry_mark_registered(ib);
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Registry of live devices.
+
+/// One published device.
+struct Entry {
+    ib: NonNull<raw::ib_device>,
+    netdev: super::netdev::NetDevId,
+    registered: bool,
+}
+
+// SAFETY: `ib` is only dereferenced by ib_core functions that are safe to call from any
+// thread; the entry is removed (under the registry lock) before the device is freed.
+unsafe impl Send for Entry {}
+
+kernel::sync::global_lock! {
+    // SAFETY: `registry_init` runs in module init before any other use.
+    unsafe(uninit) static DEVICES: Mutex<KVec<Entry>> = KVec::new();
+}
+
+/// Initialises the registry. Called once, from module init.
+pub(crate) fn registry_init() {
+    // SAFETY: Called exactly once, from module init, before any device can exist.
+    unsafe { DEVICES.init() };
+}
+
+fn registry_insert(ib: NonNull<raw::ib_device>, netdev: super::netdev::NetDevId) -> Result {
+    let mut devices = DEVICES.lock();
+    if devices.iter().any(|e| e.netdev == netdev) {
+        return Err(EEXIST);
+    }
+    devices.push(Entry { ib, netdev, registered: false }, GFP_KERNEL)?;
+    Ok(())
+}
+
+fn registry_mark_registered(ib: NonNull<raw::ib_device>) {
+    let mut devices = DEVICES.lock();
+    if let Some(e) = devices.iter_mut().find(|e| e.ib == ib) {
+        e.registered = true;
+    }
+}
+
+fn registry_remove(ib: *mut raw::ib_device) {
+    let mut devices = DEVICES.lock();
+    if let Some(i) = devices.iter().position(|e| e.ib.as_ptr() == ib) {
+        let _ = devices.remove(i);
+    }
+}
+
+/// Starts (asynchronous) unregistration of this driver's registered devices on `ndev`.
+/// Safe to call with RTNL held: nothing here sleeps beyond the registry mutex.
+pub(crate) fn unregister_on_netdev(ndev: &NetDev) -> usize {
+    let devices = DEVICES.lock();
+    let mut n = 0;
+    for e in devices.iter().filter(|e| e.registered && e.netdev == ndev.id()) {
+        // SAFETY: The entry is registered and still in the registry, so the device is
+        // alive (entries are removed under this lock before the device is freed).
+        unsafe { raw::ib_unregister_device_queued(e.ib.as_ptr()) };
+        n += 1;
+    }
+    n
+}
+
+/// Unregisters every device of this driver and waits until each is freed. Called at
+/// module exit after the link type is unregistered, so no new device can appear.
+pub(crate) fn unregister_all() {
+    loop {
+        let ib = {
+            let devices = DEVICES.lock();
+            let Some(e) = devices.first() else { return };
+            let ib = e.ib.as_ptr();
+            // SAFETY: The device is alive while its entry is in the registry; pin its
+            // memory before dropping the lock.
+            unsafe { raw::get_device(&raw mut (*ib).__bindgen_anon_1.dev) };
+            ib
+        };
+        // SAFETY: Memory pinned above. ib_unregister_device is fenced against concurrent
+        // (queued) unregistration by ib_core's unregistration lock; when it returns the
+        // device was unregistered and `dealloc_driver` removed the entry.
+        unsafe {
+            raw::ib_unregister_device(ib);
+            raw::put_device(&raw mut (*ib).__bindgen_anon_1.dev);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The ops table and its trampolines.
+
+/// `ib_device_ops` in a static: ib_core only reads it (copying into each device).
+struct StaticOps(raw::ib_device_ops);
+
+// SAFETY: The table is immutable and only read; its pointers are to functions and NULL.
+unsafe impl Sync for StaticOps {}
+
+/// Ops of every device of this driver. `owner` is set per device at creation.
+static OPS: StaticOps = StaticOps({
+    // SAFETY: All-zero is a valid `ib_device_ops` (NULL pointers, zero sizes).
+    let mut ops: raw::ib_device_ops = unsafe { core::mem::zeroed() };
+    ops.driver_id = raw::rdma_driver_id_RDMA_DRIVER_UNKNOWN;
+    ops.uverbs_abi_ver = 1;
+    ops.query_device = Some(query_device_cb);
+    ops.query_port = Some(query_port_cb);
+    ops.get_port_immutable = Some(get_port_immutable_cb);
+    ops.get_link_layer = Some(get_link_layer_cb);
+    ops.query_pkey = Some(query_pkey_cb);
+    ops.dealloc_driver = Some(dealloc_driver_cb);
+    ops
+});
+
+unsafe extern "C" fn query_device_cb(
+    ib: *mut raw::ib_device,
+    attr: *mut raw::ib_device_attr,
+    udata: *mut raw::ib_udata,
+) -> c_int {
+    // SAFETY: ib_core calls this op only on devices of this driver (see `from_raw`).
+    let dev = unsafe { IbDev::from_raw(ib) };
+    // SAFETY: `udata` is NULL or valid for the call.
+    if let Some(u) = unsafe { udata.as_ref() } {
+        if u.inlen != 0 || u.outlen != 0 {
+            return EINVAL.to_errno();
+        }
+    }
+    let c = crate::device::device_caps(dev);
+    // SAFETY: `attr` points to a caller-owned `ib_device_attr` for the duration of the call.
+    let a = unsafe { &mut *attr };
+    a.vendor_id = c.vendor_id;
+    a.vendor_part_id = c.vendor_part_id;
+    a.hw_ver = c.hw_ver;
+    a.fw_ver = c.fw_ver;
+    a.sys_image_guid = c.sys_image_guid_be;
+    a.max_mr_size = c.max_mr_size;
+    a.page_size_cap = c.page_size_cap;
+    a.max_qp = clamp(c.max_qp);
+    a.max_qp_wr = clamp(c.max_qp_wr);
+    a.max_send_sge = clamp(c.max_sge);
+    a.max_recv_sge = clamp(c.max_sge);
+    a.max_sge_rd = clamp(c.max_sge_rd);
+    a.max_cq = clamp(c.max_cq);
+    a.max_cqe = clamp(c.max_cqe);
+    a.max_mr = clamp(c.max_mr);
+    a.max_pd = clamp(c.max_pd);
+    a.max_qp_rd_atom = clamp(c.max_qp_rd_atom);
+    a.max_qp_init_rd_atom = clamp(c.max_qp_rd_atom);
+    a.max_res_rd_atom = clamp(c.max_qp_rd_atom.saturating_mul(c.max_qp));
+    a.max_ah = clamp(c.max_ah);
+    a.max_srq = clamp(c.max_srq);
+    a.max_srq_wr = clamp(c.max_srq_wr);
+    a.max_srq_sge = clamp(c.max_srq_sge);
+    a.max_pkeys = 1;
+    a.atomic_cap = if c.atomics {
+        raw::ib_atomic_cap_IB_ATOMIC_HCA
+    } else {
+        raw::ib_atomic_cap_IB_ATOMIC_NONE
+    };
+    // `rdma link del` must be allowed for software devices.
+    a.kernel_cap_flags = u64::from(raw::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG);
+    0
+}
+
+fn clamp(v: u32) -> c_int {
+    c_int::try_from(v).unwrap_or(c_int::MAX)
+}
+
+unsafe extern "C" fn query_port_cb(
+    ib: *mut raw::ib_device,
+    port: u32,
+    attr: *mut raw::ib_port_attr,
+) -> c_int {
+    if port != 1 {
+        return EINVAL.to_errno();
+    }
+    // SAFETY: ib_core calls this op only on devices of this driver.
+    let dev = unsafe { IbDev::from_raw(ib) };
+    let p = crate::device::port_info(dev);
+    // SAFETY: `attr` points to a caller-owned, zeroed `ib_port_attr` for the call.
+    let a = unsafe { &mut *attr };
+    let active = p.state == PortState::Active;
+    a.state = if active {
+        raw::ib_port_state_IB_PORT_ACTIVE
+    } else {
+        raw::ib_port_state_IB_PORT_DOWN
+    };
+    a.phys_state = if active {
+        raw::ib_port_phys_state_IB_PORT_PHYS_STATE_LINK_UP as u8
+    } else {
+        raw::ib_port_phys_state_IB_PORT_PHYS_STATE_DISABLED as u8
+    };
+    a.max_mtu = p.max_mtu as u32;
+    a.active_mtu = p.active_mtu as u32;
+    a.gid_tbl_len = clamp(p.gid_tbl_len);
+    a.port_cap_flags = raw::ib_port_capability_mask_bits_IB_PORT_CM_SUP;
+    a.max_msg_sz = p.max_msg_sz;
+    a.pkey_tbl_len = 1;
+    a.max_vl_num = 1;
+    // SAFETY: Device alive; the out-pointers are fields of `*attr`. A failure leaves
+    // ib_core's defaults, which is what a netdev without link settings should report.
+    unsafe { raw::ib_get_eth_speed(ib, port, &mut a.active_speed, &mut a.active_width) };
+    0
+}
+
+unsafe extern "C" fn get_port_immutable_cb(
+    ib: *mut raw::ib_device,
+    port: u32,
+    imm: *mut raw::ib_port_immutable,
+) -> c_int {
+    if port != 1 {
+        return EINVAL.to_errno();
+    }
+    // SAFETY: ib_core calls this op only on devices of this driver.
+    let dev = unsafe { IbDev::from_raw(ib) };
+    let p = crate::device::port_info(dev);
+    // SAFETY: `imm` points to a caller-owned struct for the call.
+    let imm = unsafe { &mut *imm };
+    // RoCE v2-style GIDs (IP addresses of the netdev) let rdma_cm and NCCL address us;
+    // the packets themselves are MetaRoCE, on MetaRoCE's own UDP port.
+    imm.core_cap_flags = raw::RDMA_CORE_PORT_IBA_ROCE_UDP_ENCAP;
+    imm.pkey_tbl_len = 1;
+    imm.gid_tbl_len = clamp(p.gid_tbl_len);
+    imm.max_mad_size = raw::IB_MGMT_MAD_SIZE;
+    0
+}
+
+unsafe extern "C" fn get_link_layer_cb(_ib: *mut raw::ib_device, _port: u32) -> raw::rdma_link_layer {
+    raw::rdma_link_layer_IB_LINK_LAYER_ETHERNET
+}
+
+unsafe extern "C" fn query_pkey_cb(_ib: *mut raw::ib_device, _port: u32, index: u16, pkey: *mut u16) -> c_int {
+    if index != 0 {
+        return EINVAL.to_errno();
+    }
+    // SAFETY: `pkey` points to a caller-owned u16 for the call.
+    unsafe { pkey.write(0xffff) };
+    0
+}
+
+unsafe extern "C" fn dealloc_driver_cb(ib: *mut raw::ib_device) {
+    {
+        // SAFETY: ib_core calls this op once, last, on devices of this driver.
+        let dev = unsafe { IbDev::from_raw(ib) };
+        crate::device::on_dealloc(dev);
+    }
+    registry_remove(ib);
+    // SAFETY: This is the last callback for the device; the data was initialised in
+    // `create` and no reference to it remains (the borrow above ended).
+    unsafe { core::ptr::drop_in_place(&raw mut (*ib.cast::<DevAlloc>()).data) };
+}
+
+
+/// Aborts the build if `ib_device` is not at offset 0 of `DevAlloc`.
+const _: () = assert!(core::mem::offset_of!(DevAlloc, ib) == 0);
+

@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The FFI layer: the only place in rdma_metaroce that contains `unsafe`.
+//!
+//! It owns the raw bindings to ib_core, the netdev layer and the UDP tunnel API
+//! (generated at build time by `gen-bindings.sh` from the kernel the module is built
+//! for, plus the forwarders in `helpers.c` for macros and static inlines), and wraps
+//! them in safe types:
+//!
+//! * [`NetDev`]: a borrowed `struct net_device`.
+//! * [`IbDev`]: a borrowed `struct ib_device` allocated by this driver, with access to
+//!   the driver's per-device data.
+//! * the registry of this driver's live devices ([`unregister_on_netdev`],
+//!   [`unregister_all`]), which ties each device's lifetime to ib_core's callbacks.
+//! * [`LinkOps`] / [`NetdevNotifier`]: the `rdma link` type and the netdev event
+//!   subscription, unregistered on drop.
+//!
+//! The callbacks ib_core and the netdev layer invoke are trampolines here that turn raw
+//! pointers into these types and call the safe driver logic in [`crate::device`].
+
+pub(crate) mod raw;
+
+mod ibdev;
+mod link;
+mod netdev;
+
+pub(crate) use ibdev::{
+    registry_init, unregister_all, unregister_on_netdev, DeviceCaps, IbDev, IbMtu, PortInfo,
+    PortState,
+};
+pub(crate) use link::LinkOps;
+pub(crate) use netdev::{NetDev, NetdevEvent, NetdevNotifier};

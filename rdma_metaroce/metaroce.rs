@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! MetaRoCE: RDMA over lossy Ethernet with multipath spraying, selective
+//! acknowledgement and out-of-order placement, as a software RDMA device.
+//!
+//! Crate root: module parameters, and module init/exit, which own the `metaroce`
+//! link type and the netdev subscription. Layout:
+//!
+//! * [`ffi`]: the only `unsafe` code — bindings, C helpers, safe wrappers.
+//! * [`device`]: device lifecycle policy (`rdma link add/del`, query ops).
+
+use kernel::prelude::*;
+
+mod device;
+mod ffi;
+
+module! {
+    type: MetaRoce,
+    name: "rdma_metaroce",
+    authors: ["MetaRoCE developers"],
+    description: "MetaRoCE: multipath RDMA transport over lossy Ethernet (software RDMA device)",
+    license: "GPL",
+    alias: ["rdma-link-metaroce"],
+    params: {
+        udp_port: u16 {
+            default: 4792,
+            description: "UDP destination port of MetaRoCE (not 4791, which RoCEv2/rxe owns)",
+        },
+        num_paths: u32 {
+            default: 4,
+            description: "Paths (UDP source ports) each connection sprays over, 1..8",
+        },
+    },
+}
+
+/// RoCEv2's UDP port; MetaRoCE must never use it (rxe and MetaRoCE run side by side).
+const ROCEV2_UDP_PORT: u16 = 4791;
+/// Largest number of paths a connection may use.
+const MAX_PATHS: u32 = 8;
+
+struct MetaRoce {
+    /// `Some` until drop; dropped first so no new device can appear during teardown.
+    link: Option<ffi::LinkOps>,
+    _netdev_events: Pin<KBox<ffi::NetdevNotifier>>,
+}
+
+impl kernel::Module for MetaRoce {
+    fn init(_module: &'static ThisModule) -> Result<Self> {
+        let port = *module_parameters::udp_port.value();
+        let paths = *module_parameters::num_paths.value();
+        if port == 0 || port == ROCEV2_UDP_PORT {
+            pr_err!("udp_port={} is not allowed (0 and {} are reserved)\n", port, ROCEV2_UDP_PORT);
+            return Err(EINVAL);
+        }
+        if paths == 0 || paths > MAX_PATHS {
+            pr_err!("num_paths={} is out of range 1..{}\n", paths, MAX_PATHS);
+            return Err(EINVAL);
+        }
+        ffi::registry_init();
+        let notifier = KBox::pin_init(ffi::NetdevNotifier::register(), GFP_KERNEL)?;
+        let link = ffi::LinkOps::register();
+        pr_info!("loaded: UDP port {}, {} paths per connection\n", port, paths);
+        Ok(MetaRoce {
+            link: Some(link),
+            _netdev_events: notifier,
+        })
+    }
+}
+
+impl Drop for MetaRoce {
+    fn drop(&mut self) {
+        // Order matters: stop accepting links, then tear down every device (waiting for
+        // each), and only then stop listening to netdev events (field drop).
+        drop(self.link.take());
+        ffi::unregister_all();
+        pr_info!("unloaded\n");
+    }
+}
