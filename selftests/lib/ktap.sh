@@ -1,0 +1,51 @@
+# Minimal KTAP/TAP producer for MetaRoCE selftests (sourced).
+# shellcheck shell=bash
+KTAP_N=0 KTAP_FAILED=0 KTAP_SKIPPED=0
+
+ktap_header() { echo "TAP version 13"; }
+ktap_pass() { KTAP_N=$((KTAP_N + 1)); echo "ok $KTAP_N $*"; }
+ktap_fail() { KTAP_N=$((KTAP_N + 1)); KTAP_FAILED=$((KTAP_FAILED + 1)); echo "not ok $KTAP_N $*"; }
+ktap_skip() { KTAP_N=$((KTAP_N + 1)); KTAP_SKIPPED=$((KTAP_SKIPPED + 1)); echo "ok $KTAP_N $* # SKIP"; }
+ktap_diag() { echo "# $*"; }
+
+# check DESCRIPTION COMMAND... : one test point from a command's exit status.
+check() {
+    local desc=$1; shift
+    local out
+    if out=$("$@" 2>&1); then
+        ktap_pass "$desc"
+    else
+        ktap_fail "$desc"
+        printf '%s\n' "$out" | sed 's/^/#   /' | head -n 20
+    fi
+}
+
+# check_fails DESCRIPTION COMMAND... : the command must fail.
+check_fails() {
+    local desc=$1; shift
+    local out
+    if out=$("$@" 2>&1); then
+        ktap_fail "$desc (unexpectedly succeeded)"
+        printf '%s\n' "$out" | sed 's/^/#   /' | head -n 20
+    else
+        ktap_pass "$desc"
+        printf '%s\n' "$out" | sed 's/^/#   got: /' | head -n 3
+    fi
+}
+
+# wait_for SECONDS COMMAND... : poll a condition (every 0.1 s) until it holds or the
+# bound expires. Used only for effects the kernel completes asynchronously (queued
+# device unregistration); the bound makes a hang a test failure.
+wait_for() {
+    local deadline=$(( $(date +%s) + $1 )); shift
+    until "$@" >/dev/null 2>&1; do
+        [ "$(date +%s)" -lt "$deadline" ] || return 1
+        sleep 0.1
+    done
+}
+
+ktap_finish() {
+    echo "1..$KTAP_N"
+    echo "# totals: $((KTAP_N - KTAP_FAILED - KTAP_SKIPPED)) passed, $KTAP_FAILED failed, $KTAP_SKIPPED skipped"
+    [ "$KTAP_FAILED" = 0 ]
+}

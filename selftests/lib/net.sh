@@ -1,0 +1,25 @@
+# Test-host helpers: network namespaces joined by veth pairs (sourced).
+# Addresses come only from 198.18.0.0/15 (RFC 2544) and 2001:2::/48 (RFC 5180).
+# shellcheck shell=bash
+
+# mk_hosts: hostA (veth0, 198.18.0.1) <-> hostB (veth1, 198.18.0.2)
+mk_hosts() {
+    ip netns add hostA
+    ip netns add hostB
+    ip link add veth0 netns hostA type veth peer name veth1 netns hostB
+    ip -n hostA addr add 198.18.0.1/24 dev veth0
+    ip -n hostB addr add 198.18.0.2/24 dev veth1
+    ip -n hostA link set lo up
+    ip -n hostB link set lo up
+    ip -n hostA link set veth0 up
+    ip -n hostB link set veth1 up
+}
+
+rm_hosts() {
+    ip netns del hostA 2>/dev/null
+    ip netns del hostB 2>/dev/null
+    true
+}
+
+A() { ip netns exec hostA "$@"; }
+B() { ip netns exec hostB "$@"; }
