@@ -1,0 +1,133 @@
+//! Per-path congestion control (MR-8).
+//!
+//! Window-based, one window per path, driven by three signals: delay (RTT
+//! above `min_rtt + target_qdelay`), ECN (a DCTCP-style marked fraction
+//! `alpha`), and the receiver's credit hint, which caps the sum of the path
+//! windows (applied by the connection). Increase is coupled across paths:
+//! an ACK for `b` bytes grows its path by `ai * b / total_window`, so a
+//! connection as a whole gains about `ai` bytes per RTT however many paths
+//! it sprays over, and competes with a single-path flow as one flow
+//! (MR-8.5.1). Random loss is not treated as congestion (MR-8.3.4); only a
+//! retransmission timeout collapses a path window.
+//!
+//! All arithmetic is integer: fractions are Q16 (65536 = 1.0).
+
+/// Congestion-control parameters (MR-8.6, defaults in the spec table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CcConfig {
+    /// Initial window of the whole connection in bytes, split over paths.
+    pub init_window: u32,
+    /// Largest window of one path in bytes.
+    pub max_window: u32,
+    /// Queueing delay target above the path's minimum RTT, ns.
+    pub target_qdelay_ns: u32,
+    /// Additive increase per RTT for the whole connection, bytes.
+    pub ai_bytes: u32,
+    /// Delay multiplicative-decrease gain (Q16).
+    pub beta_q16: u32,
+    /// Largest single decrease (Q16 fraction of the window).
+    pub max_mdf_q16: u32,
+    /// ECN EWMA gain as a right shift (4 means g = 1/16).
+    pub ecn_gain_shift: u8,
+}
+
+impl Default for CcConfig {
+    fn default() -> Self {
+        CcConfig {
+            init_window: 128 * 1024,
+            max_window: 4 * 1024 * 1024,
+            target_qdelay_ns: 6_000,
+            ai_bytes: 4096,
+            beta_q16: 52_429,
+            max_mdf_q16: 32_768,
+            ecn_gain_shift: 4,
+        }
+    }
+}
+
+/// Congestion state of one path (16 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PathCc {
+    /// Congestion window in bytes.
+    pub cwnd: u32,
+    /// ECN marked-fraction estimate, Q16.
+    pub alpha: u32,
+    /// Time of the last multiplicative decrease (ns).
+    pub last_decrease: u64,
+}
+
+/// One ACK's worth of congestion feedback for a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AckSignal {
+    /// Bytes newly acknowledged that were sent on this path.
+    pub acked_bytes: u32,
+    /// RTT sample (ns), if the ACK carried a valid echo.
+    pub rtt_ns: Option<u32>,
+    /// Smoothed RTT of the path (ns).
+    pub srtt_ns: u32,
+    /// Minimum RTT of the path (ns).
+    pub min_rtt_ns: u32,
+    /// CE-marked packets reported.
+    pub ce: u16,
+    /// Packets reported.
+    pub rcvd: u16,
+    /// Sum of the windows of all usable paths of the connection.
+    pub total_cwnd: u32,
+}
+
+impl PathCc {
+    /// A fresh path with `cwnd` bytes.
+    pub const fn new(cwnd: u32) -> Self {
+        PathCc {
+            cwnd,
+            alpha: 0,
+            last_decrease: 0,
+        }
+    }
+
+    /// Applies one ACK (MR-8.2 pseudocode). `min_cwnd` is one MTU.
+    pub fn on_ack(&mut self, cfg: &CcConfig, now_ns: u64, s: &AckSignal, min_cwnd: u32) {
+        // Spec: MR-8.3.1 — ECN: alpha <- (1-g) alpha + g F.
+        if s.rcvd > 0 {
+            let f = ((s.ce.min(s.rcvd) as u64) << 16) / s.rcvd as u64;
+            let a = self.alpha as u64;
+            let g = cfg.ecn_gain_shift as u32;
+            self.alpha = (a - (a >> g) + (f >> g)).min(65_536) as u32;
+        }
+        let can_decrease = now_ns.saturating_sub(self.last_decrease) >= s.srtt_ns as u64;
+        let target = s.min_rtt_ns as u64 + cfg.target_qdelay_ns as u64;
+        let rtt = s.rtt_ns.map(|r| r as u64);
+        let cwnd = self.cwnd as u64;
+        if s.ce > 0 {
+            if can_decrease {
+                // Spec: MR-8.3.2 — cwnd <- cwnd (1 - alpha/2), once per RTT.
+                let dec = (cwnd * self.alpha as u64) >> 17;
+                self.cwnd = cwnd.saturating_sub(dec.max(1)) as u32;
+                self.last_decrease = now_ns;
+            }
+        } else if let Some(r) = rtt.filter(|r| *r > target && *r > 0) {
+            if can_decrease {
+                // Spec: MR-8.3.3 — cwnd <- cwnd (1 - beta (rtt - target)/rtt).
+                let f = ((cfg.beta_q16 as u64 * (r - target)) / r).min(cfg.max_mdf_q16 as u64);
+                self.cwnd = cwnd.saturating_sub((cwnd * f) >> 16) as u32;
+                self.last_decrease = now_ns;
+            }
+        } else {
+            // Spec: MR-8.5.1 — coupled additive increase.
+            let total = (s.total_cwnd as u64).max(1);
+            let inc = (cfg.ai_bytes as u64 * s.acked_bytes as u64) / total;
+            self.cwnd = (cwnd + inc.max(1)).min(u32::MAX as u64) as u32;
+        }
+        self.clamp(cfg, min_cwnd);
+    }
+
+    /// A path retransmission timeout (MR-8.3.5): window to one MTU.
+    pub fn on_timeout(&mut self, min_cwnd: u32, now_ns: u64) {
+        self.cwnd = min_cwnd;
+        self.last_decrease = now_ns;
+    }
+
+    fn clamp(&mut self, cfg: &CcConfig, min_cwnd: u32) {
+        self.cwnd = self.cwnd.clamp(min_cwnd, cfg.max_window.max(min_cwnd));
+    }
+}

@@ -1,0 +1,2271 @@
+//! The RC connection state machine: one queue pair's transport state.
+//!
+//! A [`Connection`] is both a requester (it packetizes posted send WRs,
+//! sprays them over paths, detects loss and retransmits) and a responder
+//! (it places arriving requests, keeps receive order, runs reads and
+//! atomics, and acknowledges). See the crate docs for how to drive it.
+//!
+//! Per-packet work is O(1) amortised: the in-flight table is a ring indexed
+//! by TSN, each path threads its in-flight packets on an intrusive list in
+//! send order (so per-path loss detection only looks at list heads), SACK
+//! processing touches four 64-bit words plus the newly acknowledged packets,
+//! and receive tracking is a 256-bit ring. The exceptions, all rare events,
+//! are documented where they occur (RNR, go-back-N and timeouts walk the
+//! window). No allocation happens anywhere: the whole state is the fixed
+//! size reported by `size_of::<Connection>()` (spec MR-10.3).
+
+use super::cc::{AckSignal, CcConfig, PathCc};
+use super::sack::Bits256;
+use super::time::{Duration, Instant};
+use super::verbs::{
+    AtomicOp, Completion, Ecn, LocalMemory, MemError, Memory, PostError, RecvWr, Responder, SendWr,
+    Transmit, WcOpcode, WcStatus, WrOpcode, WR_FENCE, WR_SIGNALED, WR_SOLICITED,
+};
+use super::wire::{
+    rnr_timer_ns, AckRepr, AtomicRepr, BaseRepr, Body, Flags, Opcode, PacketRepr, RequestRepr,
+    ResponseRepr, Syndrome, ACK_FLAG_DUP, ACK_FLAG_ECE, ACK_FLAG_PROBE,
+};
+
+/// Most paths one connection sprays over (MR-6.1.3).
+pub const MAX_PATHS: usize = 8;
+/// Packets in flight (TSN window), equal to the SACK width (MR-5.1.3).
+pub const WINDOW: u32 = 256;
+/// Send queue depth.
+pub const SQ_DEPTH: usize = 64;
+/// Receive queue depth.
+pub const RQ_DEPTH: usize = 64;
+/// Messages a requester may have outstanding beyond the oldest
+/// unacknowledged one; responder message slots (MR-4.1.3).
+pub const MSG_WINDOW: u32 = 32;
+/// Outstanding RDMA READ + atomic requests per QP (max_rd_atomic, MR-4.4.2).
+pub const MAX_RD_ATOMIC: u32 = 16;
+/// Responder read/atomic response jobs, i.e. the atomic replay cache size.
+pub const RESP_JOBS: usize = 32;
+/// Completion queue entries held by a connection.
+pub const CQ_DEPTH: usize = SQ_DEPTH + RQ_DEPTH;
+/// Bytes at the end of a message that are placed last (MR-4.3.3).
+pub const TAIL_STASH: usize = 64;
+/// Per-path reordering threshold in packets (MR-5.3.2).
+pub const DUPTHRESH: u32 = 3;
+/// Largest message (2^31 bytes, as in verbs).
+pub const MAX_MSG: u32 = 1 << 31;
+/// Bytes of headers in front of the largest payload.
+pub const MAX_HEADER: usize = BaseRepr::LEN + RequestRepr::LEN + AtomicRepr::LEN;
+
+const NIL: u16 = 0xFFFF;
+const K_FREE: u8 = 0;
+const K_REQ: u8 = 1;
+const K_RESP: u8 = 2;
+const S_INFLIGHT: u8 = 1;
+const S_LOST: u8 = 2;
+const S_ACKED: u8 = 3;
+
+/// Loss recovery flavour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recovery {
+    /// MetaRoCE v1: SACK, per-path loss detection, selective retransmission.
+    Selective,
+    /// RoCEv2-like go-back-N, for comparison only (not conformant).
+    GoBackN,
+}
+
+/// Connection configuration, normally filled from the verbs `modify_qp`
+/// attributes and connection manager exchange (MR-7.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Our QPN (24 bits); packets for any other QPN are dropped.
+    pub local_qpn: u32,
+    /// Peer QPN, written in every packet we send.
+    pub remote_qpn: u32,
+    /// First TSN we send; MUST be random (MR-9.1.1).
+    pub initial_tsn: u32,
+    /// First TSN the peer sends.
+    pub peer_initial_tsn: u32,
+    /// Payload bytes per packet (256..=9000).
+    pub mtu: u32,
+    /// Paths to spray over (1..=8).
+    pub num_paths: u8,
+    /// Seed for the UDP source ports of our paths (MR-6.1.1).
+    pub src_port_base: u16,
+    /// Transport retries before `RetryExcErr` (verbs `retry_cnt`, 0..=7).
+    pub retry_cnt: u8,
+    /// RNR retries before `RnrRetryExcErr`, 7 = infinite.
+    pub rnr_retry: u8,
+    /// RNR timer code we send in RNR NAKs (MR-3.5.6).
+    pub min_rnr_timer: u8,
+    /// Acknowledge at least every this many packets per path.
+    pub ack_every: u8,
+    /// Longest delay of an acknowledgement.
+    pub ack_delay: Duration,
+    /// RTT assumed before the first sample.
+    pub initial_rtt: Duration,
+    /// Floor of the per-path timeout.
+    pub min_path_rto: Duration,
+    /// Floor of the connection retransmission timeout.
+    pub min_rto: Duration,
+    /// Ceiling of timeouts after backoff.
+    pub max_rto: Duration,
+    /// Loss recovery flavour.
+    pub recovery: Recovery,
+    /// Congestion control parameters.
+    pub cc: CcConfig,
+}
+
+impl Config {
+    /// Defaults (spec MR-8.6 table) for the given QPNs and initial TSNs.
+    pub fn new(local_qpn: u32, remote_qpn: u32, initial_tsn: u32, peer_initial_tsn: u32) -> Self {
+        Config {
+            local_qpn: local_qpn & 0x00ff_ffff,
+            remote_qpn: remote_qpn & 0x00ff_ffff,
+            initial_tsn,
+            peer_initial_tsn,
+            mtu: 4096,
+            num_paths: 4,
+            src_port_base: 0xC000,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            ack_every: 4,
+            ack_delay: Duration::from_micros(2),
+            initial_rtt: Duration::from_micros(10),
+            min_path_rto: Duration::from_micros(16),
+            min_rto: Duration::from_micros(200),
+            max_rto: Duration::from_millis(100),
+            recovery: Recovery::Selective,
+            cc: CcConfig::default(),
+        }
+    }
+
+    /// A configuration for tests: QPNs `local`/`remote`, TSNs derived from
+    /// them so that two `test_pair(a, b)` / `test_pair(b, a)` match.
+    pub fn test_pair(local: u32, remote: u32) -> Self {
+        let tsn = |q: u32| q.wrapping_mul(0x9E37_79B9) ^ 0x5bd1_e995;
+        let mut c = Config::new(local, remote, tsn(local), tsn(remote));
+        c.src_port_base = 0xC000u16.wrapping_add((local as u16).wrapping_mul(64));
+        c
+    }
+}
+
+/// Transport state of the QP (MR-7.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpState {
+    /// Ready to send (verbs RTS, which includes RTR behaviour).
+    Rts,
+    /// Error: outstanding work flushed, packets dropped.
+    Error,
+}
+
+/// Health of one path (MR-6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathStatus {
+    /// In use.
+    Active,
+    /// Timed out once; not used for new data until a probe is answered.
+    Suspect,
+    /// Failed; repathed to a new source port and probed with backoff.
+    Failed,
+}
+
+/// Read-only view of a path for diagnostics and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PathInfo {
+    /// Health.
+    pub status: PathStatus,
+    /// Current UDP source port.
+    pub src_port: u16,
+    /// Congestion window (bytes).
+    pub cwnd: u32,
+    /// Bytes in flight.
+    pub inflight: u32,
+    /// Smoothed RTT (ns).
+    pub srtt_ns: u32,
+    /// Times this path was repathed.
+    pub generation: u16,
+}
+
+/// Counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// Packets transmitted (all kinds).
+    pub tx_packets: u64,
+    /// Data packets transmitted for the first time.
+    pub tx_data: u64,
+    /// Data packets retransmitted.
+    pub tx_retx: u64,
+    /// ACK/NAK packets transmitted.
+    pub tx_acks: u64,
+    /// Probes transmitted.
+    pub tx_probes: u64,
+    /// Packets received and parsed.
+    pub rx_packets: u64,
+    /// Received packets dropped as malformed or misaddressed.
+    pub rx_invalid: u64,
+    /// Duplicate data packets received.
+    pub rx_dup: u64,
+    /// Losses declared by SACK/RACK.
+    pub lost_detected: u64,
+    /// Per-path timeouts.
+    pub path_timeouts: u64,
+    /// Connection retransmission timeouts.
+    pub rto: u64,
+    /// Tail loss probes sent.
+    pub tlp: u64,
+    /// Repaths (source port changes).
+    pub repaths: u64,
+    /// RNR NAKs sent.
+    pub rnr_naks: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SqEntry {
+    wr: SendWr,
+    ssn: u32,
+    next_off: u32,
+    pkts_total: u32,
+    pkts_acked: u32,
+    resp_bytes: u32,
+    started: bool,
+    fully_sent: bool,
+    resp_last: bool,
+    resp_done: bool,
+}
+
+impl SqEntry {
+    const EMPTY: SqEntry = SqEntry {
+        wr: SendWr {
+            wr_id: 0,
+            opcode: WrOpcode::Send,
+            len: 0,
+            remote_va: 0,
+            rkey: 0,
+            imm: 0,
+            compare: 0,
+            swap_add: 0,
+            flags: 0,
+        },
+        ssn: 0,
+        next_off: 0,
+        pkts_total: 0,
+        pkts_acked: 0,
+        resp_bytes: 0,
+        started: false,
+        fully_sent: false,
+        resp_last: false,
+        resp_done: false,
+    };
+    fn transport_done(&self) -> bool {
+        self.fully_sent && self.pkts_acked == self.pkts_total
+    }
+    fn done(&self) -> bool {
+        self.transport_done() && (!self.wr.opcode.has_response() || self.resp_done)
+    }
+}
+
+/// In-flight packet metadata, 32 bytes (MR-10.3).
+#[derive(Debug, Clone, Copy)]
+struct Pkt {
+    sent: u64,
+    offset: u32,
+    psn: u32,
+    msn: u32,
+    len: u16,
+    prev: u16,
+    next: u16,
+    kind: u8,
+    path: u8,
+    state: u8,
+    slot: u8,
+    retx: u8,
+}
+
+impl Pkt {
+    const EMPTY: Pkt = Pkt {
+        sent: 0,
+        offset: 0,
+        psn: 0,
+        msn: 0,
+        len: 0,
+        prev: NIL,
+        next: NIL,
+        kind: K_FREE,
+        path: 0,
+        state: 0,
+        slot: 0,
+        retx: 0,
+    };
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Path {
+    status: PathStatus,
+    generation: u16,
+    psn_next: u32,
+    acked_psn: u32,
+    has_acked_psn: bool,
+    head: u16,
+    tail: u16,
+    inflight: u32,
+    srtt: u32,
+    rttvar: u32,
+    min_rtt: u32,
+    has_rtt: bool,
+    cc: PathCc,
+    timeouts: u8,
+    backoff: u8,
+    probe_pending: bool,
+    probe_at: u64,
+    probe_deadline: u64,
+    acked_bytes: u32,
+    // Receive side (packets the peer sent on this path index).
+    rx_seen: bool,
+    rx_psn: u32,
+    rx_ts: u32,
+    rx_at: u64,
+    rx_ce: u16,
+    rx_cnt: u16,
+    rx_unacked: u16,
+    rx_port: u16,
+    ack_due: u64,
+    ack_now: bool,
+    probe_reply: bool,
+    probe_ts: u32,
+    dup: bool,
+}
+
+impl Path {
+    fn new(cwnd: u32, rtt: u32) -> Path {
+        Path {
+            status: PathStatus::Active,
+            generation: 0,
+            psn_next: 0,
+            acked_psn: 0,
+            has_acked_psn: false,
+            head: NIL,
+            tail: NIL,
+            inflight: 0,
+            srtt: rtt,
+            rttvar: rtt / 2,
+            min_rtt: rtt,
+            has_rtt: false,
+            cc: PathCc::new(cwnd),
+            timeouts: 0,
+            backoff: 0,
+            probe_pending: false,
+            probe_at: 0,
+            probe_deadline: 0,
+            acked_bytes: 0,
+            rx_seen: false,
+            rx_psn: 0,
+            rx_ts: 0,
+            rx_at: 0,
+            rx_ce: 0,
+            rx_cnt: 0,
+            rx_unacked: 0,
+            rx_port: 0,
+            ack_due: 0,
+            ack_now: false,
+            probe_reply: false,
+            probe_ts: 0,
+            dup: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct MsgSlot {
+    active: bool,
+    complete: bool,
+    got_last: bool,
+    solicited: bool,
+    recv_len_err: bool,
+    op: u8,
+    err: u8,
+    tail_len: u8,
+    msn: u32,
+    ssn: u32,
+    msg_len: u32,
+    received: u32,
+    imm: u32,
+    rkey: u32,
+    err_tsn: u32,
+    tail_off: u32,
+    va: u64,
+    recv_wr: u64,
+    atomic: AtomicRepr,
+    tail: [u8; TAIL_STASH],
+}
+
+impl MsgSlot {
+    const EMPTY: MsgSlot = MsgSlot {
+        active: false,
+        complete: false,
+        got_last: false,
+        solicited: false,
+        recv_len_err: false,
+        op: 0,
+        err: 0,
+        tail_len: 0,
+        msn: 0,
+        ssn: 0,
+        msg_len: 0,
+        received: 0,
+        imm: 0,
+        rkey: 0,
+        err_tsn: 0,
+        tail_off: 0,
+        va: 0,
+        recv_wr: 0,
+        atomic: AtomicRepr {
+            swap_add: 0,
+            compare: 0,
+        },
+        tail: [0; TAIL_STASH],
+    };
+}
+
+/// A responder job: an RDMA READ or atomic response being sent. Atomic jobs
+/// are the replay cache: the original value lives here until every response
+/// packet is acknowledged (MR-5.6).
+#[derive(Debug, Clone, Copy)]
+struct Job {
+    atomic: bool,
+    msn: u32,
+    rkey: u32,
+    len: u32,
+    next_off: u32,
+    pkts_total: u32,
+    pkts_acked: u32,
+    fully_sent: bool,
+    va: u64,
+    orig: u64,
+}
+
+impl Job {
+    const EMPTY: Job = Job {
+        atomic: false,
+        msn: 0,
+        rkey: 0,
+        len: 0,
+        next_off: 0,
+        pkts_total: 0,
+        pkts_acked: 0,
+        fully_sent: false,
+        va: 0,
+        orig: 0,
+    };
+}
+
+#[derive(Debug, Clone, Copy)]
+struct PendingNak {
+    syndrome: Syndrome,
+    msn: u32,
+    tsn: u32,
+    path: u8,
+}
+
+enum Verdict {
+    Accept,
+    Rnr,
+    Drop,
+}
+
+/// One RC queue pair's transport state. Fixed size, no heap (MR-10.3).
+#[derive(Debug, Clone)]
+pub struct Connection {
+    cfg: Config,
+    state: QpState,
+    stats: Stats,
+    // Requester.
+    sq: [SqEntry; SQ_DEPTH],
+    sq_head: u32,
+    sq_send: u32,
+    sq_tail: u32,
+    msg_una: u32,
+    next_ssn: u32,
+    rd_outstanding: u32,
+    pkts: [Pkt; WINDOW as usize],
+    unacked: Bits256,
+    snd_una: u32,
+    snd_nxt: u32,
+    retx: [u32; WINDOW as usize],
+    retx_head: u32,
+    retx_len: u32,
+    paths: [Path; MAX_PATHS],
+    rr: u8,
+    peer_credit: u32,
+    last_ack: u64,
+    last_progress: u64,
+    rto_backoff: u8,
+    retries: u8,
+    tlp_pending: bool,
+    tlp_done: bool,
+    rnr_until: u64,
+    rnr_retries: u8,
+    // Responder.
+    rcv_nxt: u32,
+    rcv_bits: Bits256,
+    msgs: [MsgSlot; MSG_WINDOW as usize],
+    msg_cum: u32,
+    rq: [RecvWr; RQ_DEPTH],
+    rq_head: u32,
+    rq_tail: u32,
+    jobs: [Job; RESP_JOBS],
+    job_head: u32,
+    job_send: u32,
+    job_tail: u32,
+    nak: Option<PendingNak>,
+    gbn_nak_at: Option<u32>,
+    credit_hint: u16,
+    // Completions.
+    cq: [Completion; CQ_DEPTH],
+    cq_head: u32,
+    cq_len: u32,
+}
+
+fn seq_lt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+impl Connection {
+    /// Creates a connection in RTS (MR-7.1). Out-of-range configuration
+    /// values are clamped (`mtu` to 256..=9000, `num_paths` to 1..=8;
+    /// go-back-N forces one path).
+    pub fn new(mut cfg: Config) -> Connection {
+        cfg.mtu = cfg.mtu.clamp(256, 9000);
+        cfg.num_paths = cfg.num_paths.clamp(1, MAX_PATHS as u8);
+        if cfg.recovery == Recovery::GoBackN {
+            cfg.num_paths = 1;
+        }
+        cfg.ack_every = cfg.ack_every.max(1);
+        let n = cfg.num_paths as u32;
+        let cwnd = (cfg.cc.init_window / n).max(cfg.mtu);
+        let rtt = cfg.initial_rtt.as_nanos().min(u32::MAX as u64) as u32;
+        let mut paths = [Path::new(cwnd, rtt); MAX_PATHS];
+        for (i, p) in paths.iter_mut().enumerate() {
+            // Spec: MR-9.1.1 — path PSNs start at unpredictable values.
+            p.psn_next =
+                cfg.initial_tsn.rotate_left(i as u32 * 4) ^ (i as u32).wrapping_mul(0x2545_F491);
+        }
+        Connection {
+            cfg,
+            state: QpState::Rts,
+            stats: Stats::default(),
+            sq: [SqEntry::EMPTY; SQ_DEPTH],
+            sq_head: 0,
+            sq_send: 0,
+            sq_tail: 0,
+            msg_una: 0,
+            next_ssn: 0,
+            rd_outstanding: 0,
+            pkts: [Pkt::EMPTY; WINDOW as usize],
+            unacked: Bits256::new(),
+            snd_una: cfg.initial_tsn,
+            snd_nxt: cfg.initial_tsn,
+            retx: [0; WINDOW as usize],
+            retx_head: 0,
+            retx_len: 0,
+            paths,
+            rr: 0,
+            peer_credit: u32::MAX,
+            last_ack: 0,
+            last_progress: 0,
+            rto_backoff: 0,
+            retries: 0,
+            tlp_pending: false,
+            tlp_done: false,
+            rnr_until: 0,
+            rnr_retries: 0,
+            rcv_nxt: cfg.peer_initial_tsn,
+            rcv_bits: Bits256::new(),
+            msgs: [MsgSlot::EMPTY; MSG_WINDOW as usize],
+            msg_cum: 0,
+            rq: [RecvWr { wr_id: 0, len: 0 }; RQ_DEPTH],
+            rq_head: 0,
+            rq_tail: 0,
+            jobs: [Job::EMPTY; RESP_JOBS],
+            job_head: 0,
+            job_send: 0,
+            job_tail: 0,
+            nak: None,
+            gbn_nak_at: None,
+            credit_hint: 0xFFFF,
+            cq: [Completion {
+                wr_id: 0,
+                status: WcStatus::Success,
+                opcode: WcOpcode::Send,
+                byte_len: 0,
+                imm: None,
+                invalidated_rkey: None,
+                solicited: false,
+            }; CQ_DEPTH],
+            cq_head: 0,
+            cq_len: 0,
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Transport state.
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Diagnostics for path `p`.
+    pub fn path_info(&self, p: usize) -> Option<PathInfo> {
+        let path = self.paths.get(p)?;
+        if p >= self.cfg.num_paths as usize {
+            return None;
+        }
+        Some(PathInfo {
+            status: path.status,
+            src_port: self.path_port(p),
+            cwnd: path.cc.cwnd,
+            inflight: path.inflight,
+            srtt_ns: path.srtt,
+            generation: path.generation,
+        })
+    }
+
+    /// Smallest buffer `poll_transmit` needs: headers plus one MTU.
+    pub fn max_packet_len(&self) -> usize {
+        MAX_HEADER + self.cfg.mtu as usize
+    }
+
+    /// Sets the credit hint advertised to the peer, in bytes (`None`: no
+    /// limit). The host computes it, e.g. its receive BDP divided by the
+    /// number of active senders (MR-8.4.1).
+    pub fn set_credit_hint(&mut self, bytes: Option<u32>) {
+        self.credit_hint = match bytes {
+            None => 0xFFFF,
+            Some(b) => (b / 256).clamp(1, 0xFFFE) as u16,
+        };
+    }
+
+    /// True when no work is queued, in flight or awaiting completion polling.
+    pub fn is_idle(&self) -> bool {
+        self.sq_head == self.sq_tail
+            && self.snd_una == self.snd_nxt
+            && self.job_head == self.job_tail
+            && self.cq_len == 0
+    }
+
+    // ------------------------------------------------------------------
+    // Posting (MR-4.1, MR-7.4)
+    // ------------------------------------------------------------------
+
+    fn cq_room(&self) -> u32 {
+        CQ_DEPTH as u32
+            - self.cq_len
+            - self.sq_tail.wrapping_sub(self.sq_head)
+            - self.rq_tail.wrapping_sub(self.rq_head)
+    }
+
+    /// Posts a send-queue work request.
+    pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
+        if wr.len > MAX_MSG
+            || (wr.opcode.has_response()
+                && wr.opcode != WrOpcode::Read
+                && (wr.len != 8 || wr.remote_va & 7 != 0))
+        {
+            return Err(PostError::Invalid);
+        }
+        if self.cq_room() == 0 || self.sq_tail.wrapping_sub(self.sq_head) >= SQ_DEPTH as u32 {
+            return Err(PostError::QueueFull);
+        }
+        if self.state == QpState::Error {
+            // Spec: MR-7.3.4 — posts to an errored QP complete with flush.
+            self.push_cq(Completion {
+                wr_id: wr.wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: WcOpcode::of(wr.opcode),
+                byte_len: 0,
+                imm: None,
+                invalidated_rkey: None,
+                solicited: false,
+            });
+            return Ok(());
+        }
+        let mut e = SqEntry::EMPTY;
+        e.wr = wr;
+        if wr.opcode.wire().consumes_recv() {
+            e.ssn = self.next_ssn;
+            self.next_ssn = self.next_ssn.wrapping_add(1);
+        }
+        self.sq[(self.sq_tail as usize) % SQ_DEPTH] = e;
+        self.sq_tail = self.sq_tail.wrapping_add(1);
+        Ok(())
+    }
+
+    /// Posts a receive-queue work request.
+    pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
+        if self.cq_room() == 0 || self.rq_tail.wrapping_sub(self.rq_head) >= RQ_DEPTH as u32 {
+            return Err(PostError::QueueFull);
+        }
+        if self.state == QpState::Error {
+            self.push_cq(Completion {
+                wr_id: wr.wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: WcOpcode::Recv,
+                byte_len: 0,
+                imm: None,
+                invalidated_rkey: None,
+                solicited: false,
+            });
+            return Ok(());
+        }
+        self.rq[(self.rq_tail as usize) % RQ_DEPTH] = wr;
+        self.rq_tail = self.rq_tail.wrapping_add(1);
+        Ok(())
+    }
+
+    /// Pops the oldest completion. Send-queue completions appear in posting
+    /// order, receive completions in message order (MR-4.3.1).
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        if self.cq_len == 0 {
+            return None;
+        }
+        let c = self.cq[(self.cq_head as usize) % CQ_DEPTH];
+        self.cq_head = self.cq_head.wrapping_add(1);
+        self.cq_len -= 1;
+        Some(c)
+    }
+
+    fn push_cq(&mut self, c: Completion) {
+        if (self.cq_len as usize) < CQ_DEPTH {
+            let i = (self.cq_head.wrapping_add(self.cq_len) as usize) % CQ_DEPTH;
+            self.cq[i] = c;
+            self.cq_len += 1;
+        }
+    }
+
+    /// Moves the QP to the error state (verbs `modify_qp(IB_QPS_ERR)`):
+    /// flushes all outstanding work (MR-7.3).
+    pub fn set_error(&mut self) {
+        self.enter_error(None);
+    }
+
+    // ------------------------------------------------------------------
+    // Input
+    // ------------------------------------------------------------------
+
+    /// Handles one received datagram: `bytes` is everything after the UDP
+    /// header, `src_port` its UDP source port, `ce` whether the IP ECN
+    /// field was CE. Malformed or misaddressed input is counted and dropped
+    /// (MR-3.1.5); nothing here can panic on any byte string (MR-3.1.6).
+    pub fn handle_datagram<M: Memory>(
+        &mut self,
+        now: Instant,
+        src_port: u16,
+        ce: bool,
+        bytes: &[u8],
+        mem: &mut M,
+    ) {
+        let pkt = match PacketRepr::parse(bytes) {
+            Ok(p) => p,
+            Err(_) => {
+                self.stats.rx_invalid += 1;
+                return;
+            }
+        };
+        let p = pkt.base.path_id as usize;
+        // Spec: MR-9.3.1 — QPN and path checks before any state change.
+        if pkt.base.dest_qpn != self.cfg.local_qpn || p >= self.cfg.num_paths as usize {
+            self.stats.rx_invalid += 1;
+            return;
+        }
+        if self.state == QpState::Error {
+            return;
+        }
+        self.stats.rx_packets += 1;
+        let t = now.as_nanos();
+        match pkt.body {
+            Body::Ack(a) => self.on_ack(t, p, &a, mem),
+            Body::Probe => {
+                // Spec: MR-6.4.2 — answer a probe at once on its path.
+                let path = &mut self.paths[p];
+                path.rx_port = src_port;
+                path.probe_reply = true;
+                path.probe_ts = pkt.base.timestamp;
+            }
+            Body::Datagram { .. } => self.stats.rx_invalid += 1,
+            Body::Request { .. } | Body::Response { .. } => {
+                self.on_data(t, p, src_port, ce, &pkt, mem)
+            }
+        }
+    }
+
+    fn on_data<M: Memory>(
+        &mut self,
+        now: u64,
+        p: usize,
+        src_port: u16,
+        ce: bool,
+        pkt: &PacketRepr<'_>,
+        mem: &mut M,
+    ) {
+        let base = pkt.base;
+        {
+            let path = &mut self.paths[p];
+            path.rx_port = src_port;
+            path.rx_cnt = path.rx_cnt.saturating_add(1);
+            if ce {
+                // Spec: MR-8.3.1 — echo CE promptly.
+                path.rx_ce = path.rx_ce.saturating_add(1);
+                path.ack_now = true;
+            }
+            let psn = base.path_psn;
+            if !path.rx_seen || seq_lt(path.rx_psn, psn) {
+                // Spec: MR-6.2.3 — a PSN gap on a path triggers an immediate ACK.
+                if path.rx_seen && psn != path.rx_psn.wrapping_add(1) {
+                    path.ack_now = true;
+                }
+                path.rx_seen = true;
+                path.rx_psn = psn;
+                path.rx_ts = base.timestamp;
+                path.rx_at = now;
+            } else {
+                path.ack_now = true;
+            }
+            if base.flags.has(Flags::ACK_REQ) {
+                path.ack_now = true;
+            }
+        }
+        // Spec: MR-5.2.2 — duplicate suppression by TSN.
+        let d = base.tsn.wrapping_sub(self.rcv_nxt);
+        if d >= 0x8000_0000 || (d < WINDOW && self.rcv_bits.get(base.tsn)) {
+            self.stats.rx_dup += 1;
+            let path = &mut self.paths[p];
+            path.ack_now = true;
+            path.dup = true;
+            return;
+        }
+        if d >= WINDOW {
+            // Spec: MR-5.2.4 — beyond the window: drop silently.
+            self.stats.rx_invalid += 1;
+            return;
+        }
+        if self.cfg.recovery == Recovery::GoBackN && d != 0 {
+            if self.gbn_nak_at != Some(self.rcv_nxt) {
+                self.gbn_nak_at = Some(self.rcv_nxt);
+                self.nak = Some(PendingNak {
+                    syndrome: Syndrome::NakSequence,
+                    msn: self.msg_cum,
+                    tsn: self.rcv_nxt,
+                    path: p as u8,
+                });
+            }
+            return;
+        }
+        let verdict = match pkt.body {
+            Body::Request {
+                req,
+                atomic,
+                payload,
+            } => self.rx_request(&base, &req, atomic, payload, mem),
+            Body::Response { rsp, payload } => self.rx_response(now, &base, &rsp, payload, mem),
+            _ => Verdict::Drop,
+        };
+        match verdict {
+            Verdict::Accept => {
+                self.rcv_bits.set(base.tsn);
+                while self.rcv_bits.get(self.rcv_nxt) {
+                    self.rcv_bits.clear(self.rcv_nxt);
+                    self.rcv_nxt = self.rcv_nxt.wrapping_add(1);
+                }
+                let every = self.cfg.ack_every as u16;
+                let delay = self.cfg.ack_delay.as_nanos();
+                let path = &mut self.paths[p];
+                path.rx_unacked = path.rx_unacked.saturating_add(1);
+                // Spec: MR-5.4.1 — ACK every `ack_every` packets or after `ack_delay`.
+                if path.rx_unacked >= every {
+                    path.ack_now = true;
+                } else if path.ack_due == 0 {
+                    path.ack_due = now.saturating_add(delay).max(1);
+                }
+            }
+            Verdict::Rnr => {
+                // Spec: MR-4.2.4 — no receive WQE: RNR NAK, packet not acknowledged.
+                if self.nak.is_none() {
+                    let msn = match pkt.body {
+                        Body::Request { req, .. } => req.msn,
+                        _ => 0,
+                    };
+                    self.stats.rnr_naks += 1;
+                    self.nak = Some(PendingNak {
+                        syndrome: Syndrome::NakRnr,
+                        msn,
+                        tsn: base.tsn,
+                        path: p as u8,
+                    });
+                }
+            }
+            Verdict::Drop => {}
+        }
+        self.deliver(p, mem);
+    }
+
+    fn rx_request<M: Memory>(
+        &mut self,
+        base: &BaseRepr,
+        req: &RequestRepr,
+        atomic: Option<AtomicRepr>,
+        payload: &[u8],
+        mem: &mut M,
+    ) -> Verdict {
+        let op = base.opcode;
+        // Spec: MR-4.1.3 — the message must fall in the responder's window.
+        if req.msn.wrapping_sub(self.msg_cum) >= MSG_WINDOW {
+            return Verdict::Drop;
+        }
+        let idx = (req.msn % MSG_WINDOW) as usize;
+        if !self.msgs[idx].active {
+            let mut s = MsgSlot::EMPTY;
+            s.active = true;
+            s.op = op as u8;
+            s.msn = req.msn;
+            s.ssn = req.ssn;
+            s.msg_len = req.msg_len;
+            s.imm = req.imm;
+            s.rkey = req.rkey;
+            s.va = req.remote_va;
+            s.solicited = base.flags.has(Flags::SOLICITED);
+            if op.consumes_recv() {
+                // Spec: MR-4.2.3 — bind the receive WQE numbered by SSN.
+                let k = req.ssn.wrapping_sub(self.rq_head);
+                if k >= self.rq_tail.wrapping_sub(self.rq_head) {
+                    return Verdict::Rnr;
+                }
+                let r = self.rq[(req.ssn as usize) % RQ_DEPTH];
+                s.recv_wr = r.wr_id;
+                if req.msg_len > r.len {
+                    s.err = Syndrome::NakInvalid as u8;
+                    s.err_tsn = base.tsn;
+                    s.recv_len_err = true;
+                }
+            }
+            if let Some(a) = atomic {
+                s.atomic = a;
+                if req.remote_va & 7 != 0 {
+                    // Spec: MR-4.4.5 — misaligned atomic is an invalid request.
+                    s.err = Syndrome::NakInvalid as u8;
+                    s.err_tsn = base.tsn;
+                }
+            }
+            if req.msg_len > MAX_MSG {
+                s.err = Syndrome::NakInvalid as u8;
+                s.err_tsn = base.tsn;
+            }
+            self.msgs[idx] = s;
+        } else {
+            let s = &mut self.msgs[idx];
+            if s.op != op as u8
+                || s.msg_len != req.msg_len
+                || s.ssn != req.ssn
+                || s.rkey != req.rkey
+                || s.va != req.remote_va
+                || s.imm != req.imm
+            {
+                // Spec: MR-4.1.4 — packets of one message must agree.
+                if s.err == 0 {
+                    s.err = Syndrome::NakInvalid as u8;
+                    s.err_tsn = base.tsn;
+                }
+                return Verdict::Accept;
+            }
+        }
+        let last = base.flags.has(Flags::LAST);
+        let (err, received, got_last) = {
+            let s = &mut self.msgs[idx];
+            s.received = s.received.saturating_add(payload.len() as u32);
+            s.got_last |= last;
+            (s.err, s.received, s.got_last)
+        };
+        let complete = if op.carries_payload() {
+            got_last && received == req.msg_len
+        } else {
+            true
+        };
+        if err == 0 && op.carries_payload() && !payload.is_empty() {
+            // Spec: MR-4.3.3 — the final bytes of a message are placed only
+            // once the message (and every earlier one) is complete.
+            let now_deliverable = complete && req.msn == self.msg_cum;
+            let t = if last && !now_deliverable {
+                payload.len().min(TAIL_STASH)
+            } else {
+                0
+            };
+            let split = payload.len() - t;
+            let (head, tail) = payload.split_at(split);
+            let s = self.msgs[idx];
+            let r = place(mem, &s, req.offset, head);
+            let s = &mut self.msgs[idx];
+            match r {
+                Ok(()) => {
+                    if t > 0 {
+                        s.tail_len = t as u8;
+                        s.tail_off = req.offset.wrapping_add(split as u32);
+                        if let Some(dst) = s.tail.get_mut(..t) {
+                            dst.copy_from_slice(tail);
+                        }
+                    }
+                }
+                Err(e) => {
+                    s.err = mem_syndrome(e) as u8;
+                    s.err_tsn = base.tsn;
+                }
+            }
+        }
+        self.msgs[idx].complete = complete;
+        Verdict::Accept
+    }
+
+    /// Delivers complete messages in MSN order (MR-4.3.2): flushes stashed
+    /// tails, generates receive completions, starts reads and runs atomics.
+    fn deliver<M: Memory>(&mut self, p: usize, mem: &mut M) {
+        while self.state == QpState::Rts {
+            let idx = (self.msg_cum % MSG_WINDOW) as usize;
+            let s = self.msgs[idx];
+            if !s.active || !s.complete || s.msn != self.msg_cum {
+                return;
+            }
+            let op = Opcode::from_u8(s.op).unwrap_or(Opcode::Send);
+            let mut err = Syndrome::from_u8(s.err).filter(|e| e.is_fatal());
+            if err.is_none() && s.tail_len > 0 {
+                let tail = s.tail.get(..s.tail_len as usize).unwrap_or(&[]);
+                if let Err(e) = place(mem, &s, s.tail_off, tail) {
+                    err = Some(mem_syndrome(e));
+                }
+            }
+            if err.is_none() {
+                match op {
+                    Opcode::ReadReq | Opcode::AtomicCas | Opcode::AtomicFaa => {
+                        if self.job_tail.wrapping_sub(self.job_head) >= RESP_JOBS as u32 {
+                            // Spec: MR-4.4.2 — out of responder resources:
+                            // stall delivery until a job retires.
+                            return;
+                        }
+                        let mut j = Job::EMPTY;
+                        j.msn = s.msn;
+                        j.rkey = s.rkey;
+                        j.va = s.va;
+                        j.len = s.msg_len;
+                        if op != Opcode::ReadReq {
+                            // Spec: MR-5.6.1 — execute the atomic exactly once,
+                            // keep the result in the replay cache.
+                            let aop = if op == Opcode::AtomicCas {
+                                AtomicOp::Cas {
+                                    compare: s.atomic.compare,
+                                    swap: s.atomic.swap_add,
+                                }
+                            } else {
+                                AtomicOp::Faa {
+                                    add: s.atomic.swap_add,
+                                }
+                            };
+                            match mem.atomic_remote(s.rkey, s.va, aop) {
+                                Ok(v) => {
+                                    j.atomic = true;
+                                    j.orig = v;
+                                    j.len = 8;
+                                }
+                                Err(e) => err = Some(mem_syndrome(e)),
+                            }
+                        }
+                        if err.is_none() {
+                            self.jobs[(self.job_tail as usize) % RESP_JOBS] = j;
+                            self.job_tail = self.job_tail.wrapping_add(1);
+                        }
+                    }
+                    Opcode::SendInv if mem.invalidate(s.imm).is_err() => {
+                        err = Some(Syndrome::NakRemoteOp);
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(e) = err {
+                // Spec: MR-7.3.2 — fatal NAK at the message's turn, then error.
+                self.nak = Some(PendingNak {
+                    syndrome: e,
+                    msn: s.msn,
+                    tsn: s.err_tsn,
+                    path: p as u8,
+                });
+                if s.recv_len_err {
+                    self.push_cq(Completion {
+                        wr_id: s.recv_wr,
+                        status: WcStatus::LocLenErr,
+                        opcode: WcOpcode::Recv,
+                        byte_len: 0,
+                        imm: None,
+                        invalidated_rkey: None,
+                        solicited: false,
+                    });
+                    self.rq_head = self.rq_head.wrapping_add(1);
+                }
+                self.enter_error(None);
+                return;
+            }
+            if op.consumes_recv() {
+                let (opcode, imm, inv) = match op {
+                    Opcode::SendImm => (WcOpcode::Recv, Some(s.imm), None),
+                    Opcode::SendInv => (WcOpcode::Recv, None, Some(s.imm)),
+                    Opcode::WriteImm => (WcOpcode::RecvRdmaWithImm, Some(s.imm), None),
+                    _ => (WcOpcode::Recv, None, None),
+                };
+                self.push_cq(Completion {
+                    wr_id: s.recv_wr,
+                    status: WcStatus::Success,
+                    opcode,
+                    byte_len: s.msg_len,
+                    imm,
+                    invalidated_rkey: inv,
+                    solicited: s.solicited,
+                });
+                self.rq_head = self.rq_head.wrapping_add(1);
+            }
+            self.msgs[idx].active = false;
+            self.msg_cum = self.msg_cum.wrapping_add(1);
+        }
+    }
+
+    fn rx_response<M: Memory>(
+        &mut self,
+        _now: u64,
+        base: &BaseRepr,
+        rsp: &ResponseRepr,
+        payload: &[u8],
+        mem: &mut M,
+    ) -> Verdict {
+        let m = rsp.req_msn;
+        // Spec: MR-4.4.4 — a response must match an outstanding request.
+        if m.wrapping_sub(self.sq_head) >= self.sq_send.wrapping_sub(self.sq_head) {
+            return Verdict::Drop;
+        }
+        let i = (m as usize) % SQ_DEPTH;
+        let e = self.sq[i];
+        let ok = match (base.opcode, e.wr.opcode) {
+            (Opcode::ReadResp, WrOpcode::Read) => rsp.msg_len == e.wr.len,
+            (Opcode::AtomicResp, WrOpcode::AtomicCas | WrOpcode::AtomicFaa) => true,
+            _ => false,
+        };
+        if !ok || e.resp_done {
+            return Verdict::Drop;
+        }
+        let r = if base.opcode == Opcode::AtomicResp {
+            let mut b = [0u8; 8];
+            if let Some(s) = payload.get(..8) {
+                b.copy_from_slice(s);
+            }
+            mem.write_local(e.wr.wr_id, 0, &u64::from_be_bytes(b).to_ne_bytes())
+        } else if payload.is_empty() {
+            Ok(())
+        } else {
+            mem.write_local(e.wr.wr_id, rsp.offset, payload)
+        };
+        if r.is_err() {
+            self.enter_error(Some((m, WcStatus::LocProtErr)));
+            return Verdict::Drop;
+        }
+        let e = &mut self.sq[i];
+        e.resp_bytes = e.resp_bytes.saturating_add(payload.len() as u32);
+        e.resp_last |= base.flags.has(Flags::LAST);
+        let need = if base.opcode == Opcode::AtomicResp {
+            8
+        } else {
+            e.wr.len
+        };
+        if e.resp_last && e.resp_bytes == need {
+            e.resp_done = true;
+            self.rd_outstanding = self.rd_outstanding.saturating_sub(1);
+            self.retire();
+        }
+        Verdict::Accept
+    }
+
+    fn on_ack<M: Memory>(&mut self, now: u64, p: usize, a: &AckRepr, mem: &mut M) {
+        self.last_ack = now;
+        let syn = a.syndrome.unwrap_or(Syndrome::Ack);
+        // RTT sample from the echoed timestamp (MR-5.5.1).
+        let fresh = a.rcv_count > 0 || a.flags & ACK_FLAG_PROBE != 0;
+        let rtt = if fresh {
+            let r = (now as u32)
+                .wrapping_sub(a.echo_ts)
+                .wrapping_sub(a.ack_delay);
+            if r < 1_000_000_000 {
+                Some(r.max(1))
+            } else {
+                None
+            }
+        } else {
+            None
+        };
+        if let Some(r) = rtt {
+            let path = &mut self.paths[p];
+            if !path.has_rtt {
+                path.has_rtt = true;
+                path.srtt = r;
+                path.rttvar = r / 2;
+                path.min_rtt = r;
+            } else {
+                let err = path.srtt.abs_diff(r);
+                path.rttvar = path.rttvar - path.rttvar / 4 + err / 4;
+                path.srtt = path.srtt - path.srtt / 8 + r / 8;
+                path.min_rtt = path.min_rtt.min(r);
+            }
+        }
+        if fresh {
+            // Spec: MR-6.3.3 — a path that delivers is healthy again.
+            let path = &mut self.paths[p];
+            if path.status != PathStatus::Active {
+                path.status = PathStatus::Active;
+                path.probe_pending = false;
+                path.probe_deadline = 0;
+            }
+            path.timeouts = 0;
+            path.backoff = 0;
+            if self.cfg.recovery == Recovery::Selective
+                && (!path.has_acked_psn || seq_lt(path.acked_psn, a.echo_psn))
+                && a.rcv_count > 0
+            {
+                path.acked_psn = a.echo_psn;
+                path.has_acked_psn = true;
+            }
+        }
+        // Cumulative and selective acknowledgement (MR-5.2.3).
+        let mut progress = false;
+        let cum = if seq_lt(self.snd_nxt, a.cum_tsn) {
+            self.snd_nxt
+        } else {
+            a.cum_tsn
+        };
+        while seq_lt(self.snd_una, cum) {
+            let t = self.snd_una;
+            progress |= self.ack_pkt(t);
+            self.snd_una = t.wrapping_add(1);
+            self.pkts[(t % WINDOW) as usize].kind = K_FREE;
+        }
+        let base = a.cum_tsn.wrapping_add(1);
+        let abs = Bits256(a.sack).rotate_up(base % WINDOW);
+        let cand = abs.and(&self.unacked);
+        for j in cand.ones() {
+            let t = self
+                .snd_una
+                .wrapping_add(j.wrapping_sub(self.snd_una % WINDOW) % WINDOW);
+            if t.wrapping_sub(base) < WINDOW && seq_lt(t, self.snd_nxt) {
+                progress |= self.ack_pkt(t);
+            }
+        }
+        while self.snd_una != self.snd_nxt
+            && self.pkts[(self.snd_una % WINDOW) as usize].state == S_ACKED
+        {
+            self.pkts[(self.snd_una % WINDOW) as usize].kind = K_FREE;
+            self.snd_una = self.snd_una.wrapping_add(1);
+        }
+        if progress {
+            self.last_progress = now;
+            self.retries = 0;
+            self.rto_backoff = 0;
+            self.tlp_done = false;
+        }
+        // Per-path loss detection (MR-5.3).
+        for q in 0..self.cfg.num_paths as usize {
+            self.detect_losses(now, q);
+        }
+        // Congestion control (MR-8.2).
+        let total: u32 = self.paths[..self.cfg.num_paths as usize]
+            .iter()
+            .filter(|x| x.status == PathStatus::Active)
+            .fold(0u32, |s, x| s.saturating_add(x.cc.cwnd));
+        let min_cwnd = self.cfg.mtu;
+        for q in 0..self.cfg.num_paths as usize {
+            let path = &mut self.paths[q];
+            let is_echo = q == p;
+            if path.acked_bytes == 0 && !is_echo {
+                continue;
+            }
+            let sig = AckSignal {
+                acked_bytes: path.acked_bytes,
+                rtt_ns: if is_echo { rtt } else { None },
+                srtt_ns: path.srtt,
+                min_rtt_ns: path.min_rtt,
+                ce: if is_echo { a.ce_count } else { 0 },
+                rcvd: if is_echo { a.rcv_count } else { 0 },
+                total_cwnd: total.max(min_cwnd),
+            };
+            if sig.acked_bytes > 0 || sig.ce > 0 || sig.rtt_ns.is_some() {
+                path.cc.on_ack(&self.cfg.cc, now, &sig, min_cwnd);
+            }
+            path.acked_bytes = 0;
+        }
+        // Spec: MR-8.4.2 — the receiver's credit hint caps the connection window.
+        self.peer_credit = if a.credit_hint == 0xFFFF {
+            u32::MAX
+        } else {
+            (a.credit_hint as u32 * 256).max(self.cfg.mtu)
+        };
+        match syn {
+            Syndrome::Ack => {}
+            Syndrome::NakSequence => {
+                // Go-back-N (comparison mode): resend everything from the hole.
+                // O(window), once per NAK.
+                let mut t = a.nak_tsn;
+                while seq_lt(t, self.snd_nxt) {
+                    if !seq_lt(t, self.snd_una) {
+                        self.mark_lost(t);
+                    }
+                    t = t.wrapping_add(1);
+                }
+            }
+            Syndrome::NakRnr => {
+                // Spec: MR-4.2.5 — wait the RNR timer, then resend the message.
+                if now >= self.rnr_until {
+                    if self.cfg.rnr_retry != 7 && self.rnr_retries >= self.cfg.rnr_retry {
+                        self.enter_error(Some((a.msn, WcStatus::RnrRetryExcErr)));
+                        return;
+                    }
+                    self.rnr_retries = self.rnr_retries.saturating_add(1);
+                    self.rnr_until = now.saturating_add(rnr_timer_ns(a.rnr_timer));
+                    // Rare event: walk the window for the message's packets.
+                    let mut t = self.snd_una;
+                    while seq_lt(t, self.snd_nxt) {
+                        let k = self.pkts[(t % WINDOW) as usize];
+                        if k.kind == K_REQ && k.state == S_INFLIGHT && !seq_lt(k.msn, a.msn) {
+                            self.mark_lost(t);
+                        }
+                        t = t.wrapping_add(1);
+                    }
+                }
+            }
+            Syndrome::NakAccess | Syndrome::NakInvalid | Syndrome::NakRemoteOp => {
+                let st = match syn {
+                    Syndrome::NakAccess => WcStatus::RemAccessErr,
+                    Syndrome::NakInvalid => WcStatus::RemInvReqErr,
+                    _ => WcStatus::RemOpErr,
+                };
+                self.retire();
+                self.enter_error(Some((a.msn, st)));
+                return;
+            }
+        }
+        if progress {
+            self.rnr_retries = 0;
+        }
+        self.retire();
+        self.deliver(p, mem);
+    }
+
+    /// Marks one in-flight TSN acknowledged; returns true if it was new.
+    fn ack_pkt(&mut self, t: u32) -> bool {
+        let i = (t % WINDOW) as usize;
+        let k = self.pkts[i];
+        if k.kind == K_FREE || k.state == S_ACKED {
+            return false;
+        }
+        if k.state == S_INFLIGHT {
+            self.unlink(t);
+            let path = &mut self.paths[(k.path as usize) % MAX_PATHS];
+            path.inflight = path.inflight.saturating_sub(k.len as u32);
+            path.acked_bytes = path.acked_bytes.saturating_add(k.len as u32);
+            if (!path.has_acked_psn || seq_lt(path.acked_psn, k.psn))
+                && self.cfg.recovery == Recovery::Selective
+            {
+                path.acked_psn = k.psn;
+                path.has_acked_psn = true;
+            }
+        }
+        self.pkts[i].state = S_ACKED;
+        self.unacked.clear(t);
+        if k.kind == K_REQ {
+            let e = &mut self.sq[(k.msn as usize) % SQ_DEPTH];
+            e.pkts_acked = e.pkts_acked.saturating_add(1);
+        } else {
+            let j = &mut self.jobs[(k.slot as usize) % RESP_JOBS];
+            j.pkts_acked = j.pkts_acked.saturating_add(1);
+        }
+        true
+    }
+
+    /// Spec: MR-5.3.2 (per-path SACK gap) and MR-5.3.3 (time-based).
+    fn detect_losses(&mut self, now: u64, q: usize) {
+        if self.cfg.recovery != Recovery::Selective {
+            return;
+        }
+        loop {
+            let path = &self.paths[q];
+            if path.head == NIL || !path.has_acked_psn {
+                return;
+            }
+            let k = self.pkts[path.head as usize];
+            let ahead = path.acked_psn.wrapping_sub(k.psn) as i32;
+            if ahead <= 0 {
+                return;
+            }
+            let reo = (path.srtt as u64) + (path.srtt as u64) / 4;
+            if ahead as u32 >= DUPTHRESH || now >= k.sent.saturating_add(reo) {
+                let t = self.tsn_of(path.head);
+                self.stats.lost_detected += 1;
+                self.mark_lost(t);
+            } else {
+                return;
+            }
+        }
+    }
+
+    fn tsn_of(&self, idx: u16) -> u32 {
+        let j = idx as u32;
+        self.snd_una
+            .wrapping_add(j.wrapping_sub(self.snd_una % WINDOW) % WINDOW)
+    }
+
+    /// Moves an in-flight packet to the retransmission queue.
+    fn mark_lost(&mut self, t: u32) {
+        let i = (t % WINDOW) as usize;
+        let k = self.pkts[i];
+        if k.kind == K_FREE || k.state != S_INFLIGHT {
+            return;
+        }
+        self.unlink(t);
+        let path = &mut self.paths[(k.path as usize) % MAX_PATHS];
+        path.inflight = path.inflight.saturating_sub(k.len as u32);
+        self.pkts[i].state = S_LOST;
+        if self.retx_len < WINDOW {
+            let at = (self.retx_head.wrapping_add(self.retx_len) % WINDOW) as usize;
+            self.retx[at] = t;
+            self.retx_len += 1;
+        }
+    }
+
+    fn unlink(&mut self, t: u32) {
+        let i = (t % WINDOW) as usize;
+        let k = self.pkts[i];
+        let q = (k.path as usize) % MAX_PATHS;
+        if k.prev == NIL {
+            self.paths[q].head = k.next;
+        } else {
+            self.pkts[k.prev as usize].next = k.next;
+        }
+        if k.next == NIL {
+            self.paths[q].tail = k.prev;
+        } else {
+            self.pkts[k.next as usize].prev = k.prev;
+        }
+        self.pkts[i].prev = NIL;
+        self.pkts[i].next = NIL;
+    }
+
+    fn link(&mut self, t: u32, q: usize) {
+        let i = (t % WINDOW) as u16;
+        let tail = self.paths[q].tail;
+        self.pkts[i as usize].prev = tail;
+        self.pkts[i as usize].next = NIL;
+        if tail == NIL {
+            self.paths[q].head = i;
+        } else {
+            self.pkts[tail as usize].next = i;
+        }
+        self.paths[q].tail = i;
+    }
+
+    /// Retires completed send WRs in posting order (MR-4.3.1) and frees
+    /// acknowledged responder jobs.
+    fn retire(&mut self) {
+        while self.msg_una != self.sq_send
+            && self.sq[(self.msg_una as usize) % SQ_DEPTH].transport_done()
+        {
+            self.msg_una = self.msg_una.wrapping_add(1);
+        }
+        while self.sq_head != self.sq_send {
+            let e = self.sq[(self.sq_head as usize) % SQ_DEPTH];
+            if !e.done() {
+                break;
+            }
+            if e.wr.flags & WR_SIGNALED != 0 {
+                self.push_cq(Completion {
+                    wr_id: e.wr.wr_id,
+                    status: WcStatus::Success,
+                    opcode: WcOpcode::of(e.wr.opcode),
+                    byte_len: e.wr.len,
+                    imm: None,
+                    invalidated_rkey: None,
+                    solicited: false,
+                });
+            }
+            self.sq_head = self.sq_head.wrapping_add(1);
+        }
+        while self.job_head != self.job_send {
+            let j = self.jobs[(self.job_head as usize) % RESP_JOBS];
+            if !(j.fully_sent && j.pkts_acked == j.pkts_total) {
+                break;
+            }
+            self.job_head = self.job_head.wrapping_add(1);
+        }
+    }
+
+    fn enter_error(&mut self, first: Option<(u32, WcStatus)>) {
+        if self.state == QpState::Error {
+            return;
+        }
+        self.state = QpState::Error;
+        // Spec: MR-7.3.3 — complete in order; the failing WR carries the
+        // error, the rest are flushed.
+        let mut k = self.sq_head;
+        while k != self.sq_tail {
+            let e = self.sq[(k as usize) % SQ_DEPTH];
+            let status = match first {
+                Some((m, st)) if m == k => st,
+                _ if e.done() => WcStatus::Success,
+                _ => WcStatus::WrFlushErr,
+            };
+            if status != WcStatus::Success || e.wr.flags & WR_SIGNALED != 0 {
+                self.push_cq(Completion {
+                    wr_id: e.wr.wr_id,
+                    status,
+                    opcode: WcOpcode::of(e.wr.opcode),
+                    byte_len: if status == WcStatus::Success {
+                        e.wr.len
+                    } else {
+                        0
+                    },
+                    imm: None,
+                    invalidated_rkey: None,
+                    solicited: false,
+                });
+            }
+            k = k.wrapping_add(1);
+        }
+        self.sq_head = self.sq_tail;
+        self.sq_send = self.sq_tail;
+        self.msg_una = self.sq_tail;
+        while self.rq_head != self.rq_tail {
+            let r = self.rq[(self.rq_head as usize) % RQ_DEPTH];
+            self.push_cq(Completion {
+                wr_id: r.wr_id,
+                status: WcStatus::WrFlushErr,
+                opcode: WcOpcode::Recv,
+                byte_len: 0,
+                imm: None,
+                invalidated_rkey: None,
+                solicited: false,
+            });
+            self.rq_head = self.rq_head.wrapping_add(1);
+        }
+        self.pkts = [Pkt::EMPTY; WINDOW as usize];
+        self.unacked = Bits256::new();
+        self.snd_una = self.snd_nxt;
+        self.retx_len = 0;
+        self.job_head = self.job_tail;
+        self.job_send = self.job_tail;
+        for path in self.paths.iter_mut() {
+            path.head = NIL;
+            path.tail = NIL;
+            path.inflight = 0;
+            path.probe_pending = false;
+            path.ack_now = false;
+            path.ack_due = 0;
+            path.probe_reply = false;
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // Timers (MR-5.3, MR-5.5, MR-6.4)
+    // ------------------------------------------------------------------
+
+    fn path_rto(&self, q: usize) -> u64 {
+        let p = &self.paths[q];
+        let base = (p.srtt as u64 + 4 * p.rttvar as u64)
+            .max(2 * p.srtt as u64)
+            .saturating_add(self.cfg.ack_delay.as_nanos())
+            .max(self.cfg.min_path_rto.as_nanos());
+        (base << p.backoff.min(10)).min(self.cfg.max_rto.as_nanos())
+    }
+
+    fn conn_rto(&self) -> u64 {
+        let srtt = self.paths[..self.cfg.num_paths as usize]
+            .iter()
+            .map(|p| p.srtt as u64)
+            .max()
+            .unwrap_or(0);
+        let base = (3 * srtt).max(self.cfg.min_rto.as_nanos());
+        (base << self.rto_backoff.min(16)).min(self.cfg.max_rto.as_nanos())
+    }
+
+    fn tlp_timeout(&self) -> u64 {
+        let srtt = self.paths[..self.cfg.num_paths as usize]
+            .iter()
+            .map(|p| p.srtt as u64)
+            .max()
+            .unwrap_or(0);
+        2 * srtt + self.cfg.ack_delay.as_nanos()
+    }
+
+    fn in_flight(&self) -> bool {
+        self.snd_una != self.snd_nxt
+    }
+
+    /// The earliest time at which [`Self::handle_timeout`] must be called,
+    /// if any. O(paths).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.state == QpState::Error {
+            return None;
+        }
+        let mut t = u64::MAX;
+        let sel = self.cfg.recovery == Recovery::Selective;
+        for q in 0..self.cfg.num_paths as usize {
+            let p = &self.paths[q];
+            if p.ack_due != 0 {
+                t = t.min(p.ack_due);
+            }
+            if p.probe_deadline != 0 {
+                t = t.min(p.probe_deadline);
+            }
+            if p.status == PathStatus::Failed && !p.probe_pending && p.probe_deadline == 0 {
+                t = t.min(p.probe_at);
+            }
+            if sel && p.head != NIL {
+                let k = &self.pkts[p.head as usize];
+                t = t.min(k.sent.saturating_add(self.path_rto(q)));
+                if p.has_acked_psn && seq_lt(k.psn, p.acked_psn) {
+                    t = t.min(k.sent.saturating_add(p.srtt as u64 + p.srtt as u64 / 4));
+                }
+            }
+        }
+        if self.in_flight() {
+            t = t.min(self.last_progress.saturating_add(self.conn_rto()));
+            if sel && !self.tlp_done {
+                t = t.min(
+                    self.last_ack
+                        .max(self.last_progress)
+                        .saturating_add(self.tlp_timeout()),
+                );
+            }
+        }
+        if self.rnr_until != 0 {
+            t = t.min(self.rnr_until);
+        }
+        if t == u64::MAX {
+            None
+        } else {
+            Some(Instant(t))
+        }
+    }
+
+    /// Runs the timers that have expired at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.state == QpState::Error {
+            return;
+        }
+        let now = now.as_nanos();
+        if self.rnr_until != 0 && now >= self.rnr_until {
+            self.rnr_until = 0;
+        }
+        let sel = self.cfg.recovery == Recovery::Selective;
+        for q in 0..self.cfg.num_paths as usize {
+            if self.paths[q].ack_due != 0 && now >= self.paths[q].ack_due {
+                self.paths[q].ack_now = true;
+            }
+            if sel {
+                self.detect_losses(now, q);
+                let head = self.paths[q].head;
+                if head != NIL
+                    && now
+                        >= self.pkts[head as usize]
+                            .sent
+                            .saturating_add(self.path_rto(q))
+                {
+                    self.path_timeout(now, q);
+                }
+            }
+            let p = &mut self.paths[q];
+            if p.probe_deadline != 0 && now >= p.probe_deadline {
+                // Spec: MR-6.4.3 — unanswered probe: (re)fail and repath.
+                p.probe_deadline = 0;
+                p.timeouts = p.timeouts.saturating_add(1);
+                if p.timeouts >= 2 {
+                    p.status = PathStatus::Failed;
+                    p.generation = p.generation.wrapping_add(1);
+                    p.has_rtt = false;
+                    p.has_acked_psn = false;
+                    p.backoff = p.backoff.saturating_add(1).min(8);
+                    self.stats.repaths += 1;
+                }
+                let wait =
+                    (p.srtt as u64 * 2).max(self.cfg.min_path_rto.as_nanos()) << p.backoff.min(8);
+                p.probe_at = now.saturating_add(wait);
+                if p.status == PathStatus::Suspect {
+                    p.probe_pending = true;
+                }
+            }
+            if p.status == PathStatus::Failed
+                && !p.probe_pending
+                && p.probe_deadline == 0
+                && now >= p.probe_at
+            {
+                p.probe_pending = true;
+            }
+        }
+        if self.in_flight() {
+            if now >= self.last_progress.saturating_add(self.conn_rto()) {
+                self.conn_timeout(now);
+            } else if sel
+                && !self.tlp_done
+                && now
+                    >= self
+                        .last_ack
+                        .max(self.last_progress)
+                        .saturating_add(self.tlp_timeout())
+            {
+                // Spec: MR-5.3.4 — tail loss probe.
+                self.tlp_pending = true;
+                self.tlp_done = true;
+            }
+        }
+    }
+
+    /// Spec: MR-6.3.2 — a path timed out: move its packets elsewhere,
+    /// collapse its window, stop using it and probe it.
+    fn path_timeout(&mut self, now: u64, q: usize) {
+        self.stats.path_timeouts += 1;
+        while self.paths[q].head != NIL {
+            let t = self.tsn_of(self.paths[q].head);
+            self.mark_lost(t);
+        }
+        let min = self.cfg.mtu;
+        let p = &mut self.paths[q];
+        p.cc.on_timeout(min, now);
+        p.timeouts = p.timeouts.saturating_add(1);
+        if p.timeouts >= 2 {
+            p.status = PathStatus::Failed;
+            p.generation = p.generation.wrapping_add(1);
+            p.has_rtt = false;
+            p.has_acked_psn = false;
+            self.stats.repaths += 1;
+        } else {
+            p.status = PathStatus::Suspect;
+        }
+        p.probe_pending = true;
+    }
+
+    /// Spec: MR-5.5.3 — nothing acknowledged on any path for an RTO.
+    fn conn_timeout(&mut self, now: u64) {
+        self.stats.rto += 1;
+        if self.retries >= self.cfg.retry_cnt {
+            let m = self.msg_una;
+            self.enter_error(Some((m, WcStatus::RetryExcErr)));
+            return;
+        }
+        self.retries += 1;
+        self.rto_backoff = self.rto_backoff.saturating_add(1);
+        self.last_progress = now;
+        let min = self.cfg.mtu;
+        for q in 0..self.cfg.num_paths as usize {
+            while self.paths[q].head != NIL {
+                let t = self.tsn_of(self.paths[q].head);
+                self.mark_lost(t);
+            }
+            self.paths[q].cc.on_timeout(min, now);
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // Output
+    // ------------------------------------------------------------------
+
+    /// UDP source port of path `q` (MR-6.1.1): repathing changes it.
+    fn path_port(&self, q: usize) -> u16 {
+        let g = self.paths[q].generation as u32;
+        let stride = 2 * self.cfg.num_paths as u32 + 1;
+        let v = (self.cfg.src_port_base as u32)
+            .wrapping_add(q as u32)
+            .wrapping_add(g.wrapping_mul(stride));
+        0xC000 | (v & 0x3FFF) as u16
+    }
+
+    fn total_inflight(&self) -> u32 {
+        self.paths
+            .iter()
+            .fold(0u32, |s, p| s.saturating_add(p.inflight))
+    }
+
+    /// Spec: MR-6.2.2 — choose a path for a data packet of `len` bytes.
+    fn pick_path(&mut self, len: u32, avoid: Option<usize>) -> Option<usize> {
+        let total = self.total_inflight();
+        if total > 0 && total.saturating_add(len) > self.peer_credit {
+            return None;
+        }
+        let n = self.cfg.num_paths as usize;
+        for class in [PathStatus::Active, PathStatus::Suspect, PathStatus::Failed] {
+            if !self.paths[..n].iter().any(|p| p.status == class) {
+                continue;
+            }
+            for pass in 0..2 {
+                for k in 0..n {
+                    let q = (self.rr as usize + k) % n;
+                    let p = &self.paths[q];
+                    if p.status != class || (pass == 0 && Some(q) == avoid) {
+                        continue;
+                    }
+                    if p.inflight == 0 || p.inflight.saturating_add(len) <= p.cc.cwnd {
+                        self.rr = ((q + 1) % n) as u8;
+                        return Some(q);
+                    }
+                }
+            }
+            return None;
+        }
+        None
+    }
+
+    /// Writes the next packet to send into `buf` (which must hold
+    /// [`Self::max_packet_len`] bytes) and returns its description, or
+    /// `None` when nothing may be sent now. Priority: NAK, ACKs, probes,
+    /// retransmissions, responses, new requests (MR-5.4.3).
+    pub fn poll_transmit<M: Memory>(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        mem: &mut M,
+    ) -> Option<Transmit> {
+        if buf.len() < self.max_packet_len() {
+            return None;
+        }
+        let t = now.as_nanos();
+        if let Some(n) = self.nak.take() {
+            return self.emit_ack(t, n.path as usize, Some(n), buf);
+        }
+        if self.state == QpState::Error {
+            return None;
+        }
+        for q in 0..self.cfg.num_paths as usize {
+            let p = &self.paths[q];
+            if p.ack_now || p.probe_reply || (p.ack_due != 0 && t >= p.ack_due) {
+                return self.emit_ack(t, q, None, buf);
+            }
+        }
+        for q in 0..self.cfg.num_paths as usize {
+            if self.paths[q].probe_pending {
+                return self.emit_probe(t, q, buf);
+            }
+        }
+        if self.rnr_until != 0 && t < self.rnr_until {
+            return None;
+        }
+        if self.tlp_pending {
+            self.tlp_pending = false;
+            // Newest in-flight packet, resent on another path.
+            let mut k = self.snd_nxt;
+            while k != self.snd_una {
+                k = k.wrapping_sub(1);
+                if self.pkts[(k % WINDOW) as usize].state == S_INFLIGHT {
+                    let from = self.pkts[(k % WINDOW) as usize].path as usize;
+                    let len = self.pkts[(k % WINDOW) as usize].len as u32;
+                    if let Some(q) = self.pick_path(len, Some(from)) {
+                        self.unlink(k);
+                        let old = &mut self.paths[from % MAX_PATHS];
+                        old.inflight = old.inflight.saturating_sub(len);
+                        self.stats.tlp += 1;
+                        return self.send_pkt(t, k, q, true, buf, mem);
+                    }
+                    break;
+                }
+            }
+        }
+        while self.retx_len > 0 {
+            let k = self.retx[(self.retx_head % WINDOW) as usize];
+            let i = (k % WINDOW) as usize;
+            if self.pkts[i].state != S_LOST || seq_lt(k, self.snd_una) {
+                self.retx_head = self.retx_head.wrapping_add(1);
+                self.retx_len -= 1;
+                continue;
+            }
+            // Spec: MR-5.4.2 — retransmit on a different path when possible.
+            let q = self.pick_path(self.pkts[i].len as u32, Some(self.pkts[i].path as usize))?;
+            self.retx_head = self.retx_head.wrapping_add(1);
+            self.retx_len -= 1;
+            return self.send_pkt(t, k, q, true, buf, mem);
+        }
+        if self.snd_nxt.wrapping_sub(self.snd_una) >= WINDOW {
+            return None;
+        }
+        // Responses before new requests.
+        if self.job_send != self.job_tail {
+            let ji = (self.job_send as usize) % RESP_JOBS;
+            let j = self.jobs[ji];
+            let len = if j.atomic {
+                8
+            } else {
+                (j.len - j.next_off).min(self.cfg.mtu)
+            };
+            let q = self.pick_path(len, None)?;
+            let tsn = self.snd_nxt;
+            let mut k = Pkt::EMPTY;
+            k.kind = K_RESP;
+            k.slot = ji as u8;
+            k.msn = j.msn;
+            k.offset = j.next_off;
+            k.len = len as u16;
+            self.new_pkt(tsn, k);
+            let jm = &mut self.jobs[ji];
+            jm.next_off += if j.atomic { 0 } else { len };
+            jm.pkts_total += 1;
+            if j.atomic || jm.next_off >= j.len {
+                jm.fully_sent = true;
+                self.job_send = self.job_send.wrapping_add(1);
+            }
+            return self.send_pkt(t, tsn, q, false, buf, mem);
+        }
+        // New request packets.
+        if self.sq_send == self.sq_tail {
+            return None;
+        }
+        let si = (self.sq_send as usize) % SQ_DEPTH;
+        let e = self.sq[si];
+        if !e.started {
+            // Spec: MR-4.4.3 — fence waits for earlier reads and atomics.
+            if e.wr.flags & WR_FENCE != 0 && self.rd_outstanding > 0 {
+                return None;
+            }
+            if e.wr.opcode.has_response() && self.rd_outstanding >= MAX_RD_ATOMIC {
+                return None;
+            }
+            if self.sq_send.wrapping_sub(self.msg_una) >= MSG_WINDOW {
+                return None;
+            }
+        }
+        let len = if e.wr.opcode.wire().carries_payload() {
+            (e.wr.len - e.next_off).min(self.cfg.mtu)
+        } else {
+            0
+        };
+        let q = self.pick_path(len, None)?;
+        if !e.started && e.wr.opcode.has_response() {
+            self.rd_outstanding += 1;
+        }
+        let tsn = self.snd_nxt;
+        let mut k = Pkt::EMPTY;
+        k.kind = K_REQ;
+        k.msn = self.sq_send;
+        k.offset = e.next_off;
+        k.len = len as u16;
+        self.new_pkt(tsn, k);
+        let em = &mut self.sq[si];
+        em.started = true;
+        em.next_off += len;
+        em.pkts_total += 1;
+        if len == 0 || em.next_off >= e.wr.len {
+            em.fully_sent = true;
+            self.sq_send = self.sq_send.wrapping_add(1);
+        }
+        self.send_pkt(t, tsn, q, false, buf, mem)
+    }
+
+    fn new_pkt(&mut self, tsn: u32, k: Pkt) {
+        self.pkts[(tsn % WINDOW) as usize] = k;
+        self.unacked.set(tsn);
+        if !self.in_flight() {
+            // Restart the RTO clock when the window becomes non-empty.
+            self.last_progress = 0;
+        }
+        self.snd_nxt = tsn.wrapping_add(1);
+    }
+
+    /// Emits data packet `tsn` on path `q` and links it there.
+    fn send_pkt<M: Memory>(
+        &mut self,
+        now: u64,
+        tsn: u32,
+        q: usize,
+        retx: bool,
+        buf: &mut [u8],
+        mem: &mut M,
+    ) -> Option<Transmit> {
+        if self.last_progress == 0 || !self.in_flight() {
+            self.last_progress = now;
+        }
+        let i = (tsn % WINDOW) as usize;
+        let psn = self.paths[q].psn_next;
+        self.paths[q].psn_next = psn.wrapping_add(1);
+        {
+            let k = &mut self.pkts[i];
+            k.path = q as u8;
+            k.psn = psn;
+            k.sent = now;
+            k.state = S_INFLIGHT;
+            if retx {
+                k.retx = k.retx.saturating_add(1);
+            }
+        }
+        self.link(tsn, q);
+        let k = self.pkts[i];
+        self.paths[q].inflight = self.paths[q].inflight.saturating_add(k.len as u32);
+        let mut flags = Flags(0).with(Flags::RETX, retx).with(Flags::ACK_REQ, retx);
+        let len = k.len as usize;
+        let hl;
+        let payload_res: Result<(), MemError>;
+        if k.kind == K_REQ {
+            let e = self.sq[(k.msn as usize) % SQ_DEPTH];
+            let op = e.wr.opcode.wire();
+            let last = !op.carries_payload() || k.offset + k.len as u32 >= e.wr.len;
+            flags = flags
+                .with(Flags::LAST, last)
+                .with(Flags::ACK_REQ, retx || last)
+                .with(Flags::SOLICITED, e.wr.flags & WR_SOLICITED != 0)
+                .with(Flags::FENCE, e.wr.flags & WR_FENCE != 0);
+            let req = RequestRepr {
+                msn: k.msn,
+                ssn: e.ssn,
+                offset: k.offset,
+                msg_len: e.wr.len,
+                imm: match e.wr.opcode {
+                    WrOpcode::SendImm | WrOpcode::SendInv | WrOpcode::WriteImm => e.wr.imm,
+                    _ => 0,
+                },
+                rkey: e.wr.rkey,
+                remote_va: e.wr.remote_va,
+            };
+            let atomic = if op.is_atomic() {
+                Some(AtomicRepr {
+                    swap_add: e.wr.swap_add,
+                    compare: e.wr.compare,
+                })
+            } else {
+                None
+            };
+            let repr = PacketRepr {
+                base: self.base(op, flags, q, psn, tsn, now),
+                body: Body::Request {
+                    req,
+                    atomic,
+                    payload: &[],
+                },
+            };
+            hl = repr.emit_headers(buf).ok()?;
+            payload_res = if len > 0 {
+                match buf.get_mut(hl..hl + len) {
+                    Some(dst) => mem.read_local(e.wr.wr_id, k.offset, dst),
+                    None => Err(MemError::Access),
+                }
+            } else {
+                Ok(())
+            };
+            if payload_res.is_err() {
+                // Spec: MR-7.3.5 — local gather failure: LocProtErr, QP error.
+                self.enter_error(Some((k.msn, WcStatus::LocProtErr)));
+                return None;
+            }
+        } else {
+            let j = self.jobs[(k.slot as usize) % RESP_JOBS];
+            let op = if j.atomic {
+                Opcode::AtomicResp
+            } else {
+                Opcode::ReadResp
+            };
+            let last = j.atomic || k.offset + k.len as u32 >= j.len;
+            flags = flags
+                .with(Flags::LAST, last)
+                .with(Flags::ACK_REQ, retx || last);
+            let repr = PacketRepr {
+                base: self.base(op, flags, q, psn, tsn, now),
+                body: Body::Response {
+                    rsp: ResponseRepr {
+                        req_msn: j.msn,
+                        offset: k.offset,
+                        msg_len: j.len,
+                    },
+                    payload: &[],
+                },
+            };
+            hl = repr.emit_headers(buf).ok()?;
+            let dst = buf.get_mut(hl..hl + len)?;
+            payload_res = if j.atomic {
+                // Spec: MR-5.6.2 — (re)transmissions come from the replay cache.
+                dst.copy_from_slice(&j.orig.to_be_bytes());
+                Ok(())
+            } else if len == 0 {
+                Ok(())
+            } else {
+                match j.va.checked_add(k.offset as u64) {
+                    Some(va) => mem.read_remote(j.rkey, va, dst),
+                    None => Err(MemError::Access),
+                }
+            };
+            if let Err(e) = payload_res {
+                self.nak = Some(PendingNak {
+                    syndrome: mem_syndrome(e),
+                    msn: j.msn,
+                    tsn,
+                    path: q as u8,
+                });
+                self.enter_error(None);
+                let n = self.nak.take()?;
+                return self.emit_ack(now, n.path as usize, Some(n), buf);
+            }
+        }
+        self.stats.tx_packets += 1;
+        if retx {
+            self.stats.tx_retx += 1;
+        } else {
+            self.stats.tx_data += 1;
+        }
+        Some(Transmit {
+            len: hl + len,
+            path: q as u8,
+            src_port: self.path_port(q),
+            ecn: Ecn::Ect0,
+        })
+    }
+
+    fn base(&self, op: Opcode, flags: Flags, q: usize, psn: u32, tsn: u32, now: u64) -> BaseRepr {
+        BaseRepr {
+            opcode: op,
+            flags,
+            path_id: q as u8,
+            dest_qpn: self.cfg.remote_qpn,
+            path_psn: psn,
+            tsn,
+            timestamp: now as u32,
+        }
+    }
+
+    fn emit_probe(&mut self, now: u64, q: usize, buf: &mut [u8]) -> Option<Transmit> {
+        let deadline = now.saturating_add(self.path_rto(q));
+        let p = &mut self.paths[q];
+        p.probe_pending = false;
+        p.probe_deadline = deadline;
+        let repr = PacketRepr {
+            base: self.base(Opcode::Probe, Flags(0), q, 0, 0, now),
+            body: Body::Probe,
+        };
+        let len = repr.emit(buf).ok()?;
+        self.stats.tx_packets += 1;
+        self.stats.tx_probes += 1;
+        Some(Transmit {
+            len,
+            path: q as u8,
+            src_port: self.path_port(q),
+            ecn: Ecn::Ect0,
+        })
+    }
+
+    /// Emits an ACK (or NAK) for packets received on path `q` (MR-3.5).
+    fn emit_ack(
+        &mut self,
+        now: u64,
+        q: usize,
+        nak: Option<PendingNak>,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        let q = q % MAX_PATHS;
+        let sack = self
+            .rcv_bits
+            .rotate_down(self.rcv_nxt.wrapping_add(1) % WINDOW)
+            .truncate(WINDOW - 1);
+        let p = &self.paths[q];
+        let probe = p.probe_reply && nak.is_none();
+        let mut flags = 0;
+        if p.rx_ce > 0 {
+            flags |= ACK_FLAG_ECE;
+        }
+        if probe {
+            flags |= ACK_FLAG_PROBE;
+        }
+        if p.dup {
+            flags |= ACK_FLAG_DUP;
+        }
+        let (echo_ts, delay) = if probe {
+            (p.probe_ts, 0)
+        } else {
+            (
+                p.rx_ts,
+                now.saturating_sub(p.rx_at).min(u32::MAX as u64) as u32,
+            )
+        };
+        let ack = AckRepr {
+            cum_tsn: self.rcv_nxt,
+            syndrome: Some(nak.map(|n| n.syndrome).unwrap_or(Syndrome::Ack)),
+            rnr_timer: if nak.map(|n| n.syndrome) == Some(Syndrome::NakRnr) {
+                self.cfg.min_rnr_timer
+            } else {
+                0
+            },
+            echo_path: q as u8,
+            flags,
+            msn: nak.map(|n| n.msn).unwrap_or(self.msg_cum),
+            nak_tsn: nak.map(|n| n.tsn).unwrap_or(0),
+            echo_psn: p.rx_psn,
+            echo_ts,
+            ack_delay: delay,
+            ce_count: p.rx_ce,
+            rcv_count: if probe { 0 } else { p.rx_cnt },
+            credit_hint: self.credit_hint,
+            sack: sack.0,
+        };
+        let port = if p.rx_port != 0 {
+            p.rx_port
+        } else {
+            self.path_port(q)
+        };
+        let repr = PacketRepr {
+            base: self.base(Opcode::Ack, Flags(0), q, 0, 0, now),
+            body: Body::Ack(ack),
+        };
+        let len = repr.emit(buf).ok()?;
+        let p = &mut self.paths[q];
+        p.rx_ce = 0;
+        p.rx_cnt = 0;
+        p.rx_unacked = 0;
+        p.ack_due = 0;
+        p.ack_now = false;
+        p.dup = false;
+        if probe {
+            p.probe_reply = false;
+        }
+        self.stats.tx_packets += 1;
+        self.stats.tx_acks += 1;
+        // Spec: MR-5.4.4 — the reply mirrors the data's source port.
+        Some(Transmit {
+            len,
+            path: q as u8,
+            src_port: port,
+            ecn: Ecn::Ect0,
+        })
+    }
+}
+
+fn mem_syndrome(e: MemError) -> Syndrome {
+    match e {
+        MemError::Access => Syndrome::NakAccess,
+        MemError::Operation => Syndrome::NakRemoteOp,
+    }
+}
+
+/// Places request payload `data` at message offset `off` (MR-4.2.1).
+fn place<R: Responder + LocalMemory>(
+    mem: &mut R,
+    s: &MsgSlot,
+    off: u32,
+    data: &[u8],
+) -> Result<(), MemError> {
+    if data.is_empty() {
+        return Ok(());
+    }
+    match Opcode::from_u8(s.op) {
+        Some(Opcode::Write | Opcode::WriteImm) => {
+            // Spec: MR-9.2.2 — address arithmetic never wraps.
+            let va = s.va.checked_add(off as u64).ok_or(MemError::Access)?;
+            va.checked_add(data.len() as u64).ok_or(MemError::Access)?;
+            mem.write_remote(s.rkey, va, data)
+        }
+        Some(Opcode::Send | Opcode::SendImm | Opcode::SendInv) => {
+            mem.write_recv(s.recv_wr, off, data)
+        }
+        _ => Ok(()),
+    }
+}

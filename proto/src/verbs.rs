@@ -1,0 +1,358 @@
+//! The verbs-facing types: work requests, completions, status codes and the
+//! memory traits through which the core asks the caller to move bytes
+//! (MR-2.2, MR-4, MR-7).
+
+/// Operation of a send-queue work request (MR-2.2.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WrOpcode {
+    /// `IB_WR_SEND`.
+    Send,
+    /// `IB_WR_SEND_WITH_IMM`.
+    SendImm,
+    /// `IB_WR_SEND_WITH_INV`.
+    SendInv,
+    /// `IB_WR_RDMA_WRITE`.
+    Write,
+    /// `IB_WR_RDMA_WRITE_WITH_IMM`.
+    WriteImm,
+    /// `IB_WR_RDMA_READ`.
+    Read,
+    /// `IB_WR_ATOMIC_CMP_AND_SWP`.
+    AtomicCas,
+    /// `IB_WR_ATOMIC_FETCH_AND_ADD`.
+    AtomicFaa,
+}
+
+impl WrOpcode {
+    /// The request opcode carried on the wire.
+    pub const fn wire(self) -> super::wire::Opcode {
+        use super::wire::Opcode as O;
+        match self {
+            WrOpcode::Send => O::Send,
+            WrOpcode::SendImm => O::SendImm,
+            WrOpcode::SendInv => O::SendInv,
+            WrOpcode::Write => O::Write,
+            WrOpcode::WriteImm => O::WriteImm,
+            WrOpcode::Read => O::ReadReq,
+            WrOpcode::AtomicCas => O::AtomicCas,
+            WrOpcode::AtomicFaa => O::AtomicFaa,
+        }
+    }
+    /// True for RDMA READ and atomics (they produce responses, MR-4.4).
+    pub const fn has_response(self) -> bool {
+        matches!(
+            self,
+            WrOpcode::Read | WrOpcode::AtomicCas | WrOpcode::AtomicFaa
+        )
+    }
+}
+
+/// Work request flag: generate a completion on success (`IB_SEND_SIGNALED`).
+pub const WR_SIGNALED: u8 = 0x01;
+/// Work request flag: fence (`IB_SEND_FENCE`), MR-4.4.3.
+pub const WR_FENCE: u8 = 0x02;
+/// Work request flag: solicited event (`IB_SEND_SOLICITED`).
+pub const WR_SOLICITED: u8 = 0x04;
+
+/// A send-queue work request. Local buffers are not described here: the
+/// caller keeps the scatter/gather list and serves [`LocalMemory`] calls by
+/// `wr_id` and byte offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendWr {
+    /// Caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// Operation.
+    pub opcode: WrOpcode,
+    /// Total length of the local buffer (8 for atomics).
+    pub len: u32,
+    /// Remote virtual address (WRITE*, READ, atomics).
+    pub remote_va: u64,
+    /// Remote key (WRITE*, READ, atomics).
+    pub rkey: u32,
+    /// Immediate data (SEND_IMM, WRITE_IMM) or R_Key to invalidate (SEND_INV).
+    pub imm: u32,
+    /// Compare value (CAS).
+    pub compare: u64,
+    /// Swap value (CAS) or addend (FAA).
+    pub swap_add: u64,
+    /// `WR_*` flags.
+    pub flags: u8,
+}
+
+impl SendWr {
+    fn base(wr_id: u64, opcode: WrOpcode, len: u32) -> Self {
+        SendWr {
+            wr_id,
+            opcode,
+            len,
+            remote_va: 0,
+            rkey: 0,
+            imm: 0,
+            compare: 0,
+            swap_add: 0,
+            flags: WR_SIGNALED,
+        }
+    }
+    /// A signaled SEND of `len` bytes.
+    pub fn send(wr_id: u64, len: u32) -> Self {
+        Self::base(wr_id, WrOpcode::Send, len)
+    }
+    /// A signaled SEND with immediate data.
+    pub fn send_imm(wr_id: u64, len: u32, imm: u32) -> Self {
+        SendWr {
+            imm,
+            ..Self::base(wr_id, WrOpcode::SendImm, len)
+        }
+    }
+    /// A signaled RDMA WRITE.
+    pub fn write(wr_id: u64, len: u32, remote_va: u64, rkey: u32) -> Self {
+        SendWr {
+            remote_va,
+            rkey,
+            ..Self::base(wr_id, WrOpcode::Write, len)
+        }
+    }
+    /// A signaled RDMA WRITE with immediate data.
+    pub fn write_imm(wr_id: u64, len: u32, remote_va: u64, rkey: u32, imm: u32) -> Self {
+        SendWr {
+            remote_va,
+            rkey,
+            imm,
+            ..Self::base(wr_id, WrOpcode::WriteImm, len)
+        }
+    }
+    /// A signaled RDMA READ of `len` bytes from `(rkey, remote_va)`.
+    pub fn read(wr_id: u64, len: u32, remote_va: u64, rkey: u32) -> Self {
+        SendWr {
+            remote_va,
+            rkey,
+            ..Self::base(wr_id, WrOpcode::Read, len)
+        }
+    }
+    /// A signaled compare-and-swap.
+    pub fn cas(wr_id: u64, remote_va: u64, rkey: u32, compare: u64, swap: u64) -> Self {
+        SendWr {
+            remote_va,
+            rkey,
+            compare,
+            swap_add: swap,
+            ..Self::base(wr_id, WrOpcode::AtomicCas, 8)
+        }
+    }
+    /// A signaled fetch-and-add.
+    pub fn faa(wr_id: u64, remote_va: u64, rkey: u32, add: u64) -> Self {
+        SendWr {
+            remote_va,
+            rkey,
+            swap_add: add,
+            ..Self::base(wr_id, WrOpcode::AtomicFaa, 8)
+        }
+    }
+    /// Returns a copy with `flags` replaced.
+    pub fn with_flags(self, flags: u8) -> Self {
+        SendWr { flags, ..self }
+    }
+}
+
+/// A receive-queue work request. The caller keeps the scatter list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvWr {
+    /// Caller's identifier.
+    pub wr_id: u64,
+    /// Total length of the receive buffer.
+    pub len: u32,
+}
+
+/// Completion status; maps 1:1 onto `enum ib_wc_status` (MR-7.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WcStatus {
+    /// `IB_WC_SUCCESS`.
+    Success,
+    /// `IB_WC_LOC_LEN_ERR`: incoming message longer than the receive buffer.
+    LocLenErr,
+    /// `IB_WC_LOC_QP_OP_ERR`.
+    LocQpOpErr,
+    /// `IB_WC_LOC_PROT_ERR`: the caller failed a local buffer access.
+    LocProtErr,
+    /// `IB_WC_WR_FLUSH_ERR`: flushed because the QP entered the error state.
+    WrFlushErr,
+    /// `IB_WC_REM_INV_REQ_ERR`.
+    RemInvReqErr,
+    /// `IB_WC_REM_ACCESS_ERR`.
+    RemAccessErr,
+    /// `IB_WC_REM_OP_ERR`.
+    RemOpErr,
+    /// `IB_WC_RETRY_EXC_ERR`: transport retries exhausted.
+    RetryExcErr,
+    /// `IB_WC_RNR_RETRY_EXC_ERR`.
+    RnrRetryExcErr,
+}
+
+impl WcStatus {
+    /// The numeric `enum ib_wc_status` value (include/rdma/ib_verbs.h).
+    pub const fn ib_wc_status(self) -> u32 {
+        match self {
+            WcStatus::Success => 0,
+            WcStatus::LocLenErr => 1,
+            WcStatus::LocQpOpErr => 2,
+            WcStatus::LocProtErr => 4,
+            WcStatus::WrFlushErr => 5,
+            WcStatus::RemInvReqErr => 9,
+            WcStatus::RemAccessErr => 10,
+            WcStatus::RemOpErr => 11,
+            WcStatus::RetryExcErr => 12,
+            WcStatus::RnrRetryExcErr => 13,
+        }
+    }
+}
+
+/// Completion opcode; maps onto `enum ib_wc_opcode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WcOpcode {
+    /// `IB_WC_SEND`.
+    Send,
+    /// `IB_WC_RDMA_WRITE`.
+    RdmaWrite,
+    /// `IB_WC_RDMA_READ`.
+    RdmaRead,
+    /// `IB_WC_COMP_SWAP`.
+    CompSwap,
+    /// `IB_WC_FETCH_ADD`.
+    FetchAdd,
+    /// `IB_WC_RECV`.
+    Recv,
+    /// `IB_WC_RECV_RDMA_WITH_IMM`.
+    RecvRdmaWithImm,
+}
+
+impl WcOpcode {
+    /// The completion opcode of a send-queue operation.
+    pub const fn of(op: WrOpcode) -> WcOpcode {
+        match op {
+            WrOpcode::Send | WrOpcode::SendImm | WrOpcode::SendInv => WcOpcode::Send,
+            WrOpcode::Write | WrOpcode::WriteImm => WcOpcode::RdmaWrite,
+            WrOpcode::Read => WcOpcode::RdmaRead,
+            WrOpcode::AtomicCas => WcOpcode::CompSwap,
+            WrOpcode::AtomicFaa => WcOpcode::FetchAdd,
+        }
+    }
+    /// True for receive-queue completions.
+    pub const fn is_recv(self) -> bool {
+        matches!(self, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm)
+    }
+}
+
+/// A work completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The work request's `wr_id`.
+    pub wr_id: u64,
+    /// Status.
+    pub status: WcStatus,
+    /// Opcode.
+    pub opcode: WcOpcode,
+    /// Bytes transferred (receive: message length).
+    pub byte_len: u32,
+    /// Immediate data, if the message carried it.
+    pub imm: Option<u32>,
+    /// R_Key invalidated by a SEND_INV.
+    pub invalidated_rkey: Option<u32>,
+    /// The message was sent with the solicited flag.
+    pub solicited: bool,
+}
+
+/// Why the caller refused a memory access (MR-9.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemError {
+    /// Key unknown, wrong PD, missing permission, or out of bounds.
+    Access,
+    /// The operation could not be carried out (e.g. misaligned atomic,
+    /// invalid invalidate).
+    Operation,
+}
+
+/// An atomic operation on 8 bytes of registered memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// Compare-and-swap: if `*p == compare { *p = swap }`.
+    Cas {
+        /// Compare value.
+        compare: u64,
+        /// Swap value.
+        swap: u64,
+    },
+    /// Fetch-and-add: `*p += add` (wrapping).
+    Faa {
+        /// Addend.
+        add: u64,
+    },
+}
+
+/// Responder-side memory: registered regions addressed by `(rkey, va)`
+/// and posted receive buffers addressed by `wr_id`.
+///
+/// Implementations perform the memory-region lookup, protection-domain,
+/// permission and bounds checks, and return [`MemError::Access`] on any
+/// failure; the core turns that into the right NAK (MR-9.2.1). The core
+/// never calls these with a range whose end overflows `u64`.
+pub trait Responder {
+    /// Places `data` at `(rkey, va)` (RDMA WRITE placement).
+    fn write_remote(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError>;
+    /// Reads `out.len()` bytes at `(rkey, va)` (RDMA READ source).
+    fn read_remote(&mut self, rkey: u32, va: u64, out: &mut [u8]) -> Result<(), MemError>;
+    /// Executes an atomic at `(rkey, va)`, returning the original value.
+    /// Called exactly once per atomic request (MR-5.6.1).
+    fn atomic_remote(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError>;
+    /// Places `data` at `offset` of the posted receive buffer `wr_id`.
+    fn write_recv(&mut self, wr_id: u64, offset: u32, data: &[u8]) -> Result<(), MemError>;
+    /// Invalidates `rkey` (SEND_INV).
+    fn invalidate(&mut self, rkey: u32) -> Result<(), MemError>;
+}
+
+/// Requester-side memory: the local buffers of posted send WRs, by `wr_id`.
+pub trait LocalMemory {
+    /// Gathers `out.len()` bytes at `offset` of the local buffer of `wr_id`
+    /// (SEND/WRITE payload).
+    fn read_local(&mut self, wr_id: u64, offset: u32, out: &mut [u8]) -> Result<(), MemError>;
+    /// Scatters `data` at `offset` of the local buffer of `wr_id` (READ
+    /// response data, atomic original value in native byte order).
+    fn write_local(&mut self, wr_id: u64, offset: u32, data: &[u8]) -> Result<(), MemError>;
+}
+
+/// Everything a connection needs from the caller's memory.
+pub trait Memory: Responder + LocalMemory {}
+impl<T: Responder + LocalMemory> Memory for T {}
+
+/// ECN codepoint to set on a transmitted packet (MR-2.5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ecn {
+    /// Not ECN-capable.
+    NotEct,
+    /// ECT(0).
+    Ect0,
+}
+
+/// One packet written by `poll_transmit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Bytes of the caller's buffer that form the packet.
+    pub len: usize,
+    /// Path index the packet was scheduled on.
+    pub path: u8,
+    /// UDP source port to send it from (MR-6.1.1).
+    pub src_port: u16,
+    /// ECN codepoint for the IP header.
+    pub ecn: Ecn,
+}
+
+/// Error returned by `post_send` / `post_recv`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PostError {
+    /// The queue is full.
+    QueueFull,
+    /// The QP is not in a state that accepts this post (a flush completion
+    /// has been queued instead when in the error state).
+    BadState,
+    /// The work request is invalid (e.g. length over 2^31, misaligned atomic).
+    Invalid,
+}

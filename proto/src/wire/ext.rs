@@ -1,0 +1,118 @@
+//! Extension chain (MR-3.7).
+//!
+//! When the base header's `EXT` flag is set, a chain of extension headers
+//! follows the opcode-specific headers and precedes the payload:
+//!
+//! ```text
+//!  0                   1                   2                   3
+//!  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! |M|    Type     |  Length (words)|  Ext Flags   |   Reserved    |
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! |            Extension data ((Length - 1) * 4 bytes)            |
+//! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//! ```
+//!
+//! `M` (more) is set on every extension but the last. `Length` counts 4-byte
+//! words including the 4-byte extension header and is at least 1. Ext flag
+//! bit 0 marks the extension *critical*: a receiver that does not understand
+//! a critical extension MUST discard the packet; non-critical unknown
+//! extensions MUST be skipped.
+
+use super::WireError;
+
+/// Extension flag: the extension is critical (MR-3.7.4).
+pub const EXT_FLAG_CRITICAL: u8 = 0x01;
+/// Maximum total length of an extension chain in bytes (MR-3.7.3).
+pub const EXT_MAX_TOTAL: usize = 256;
+/// Extension type 0: padding / no-op, understood by every implementation.
+pub const EXT_TYPE_PAD: u8 = 0;
+
+/// One extension of a chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extension<'a> {
+    /// Type (7 bits).
+    pub ty: u8,
+    /// Critical flag.
+    pub critical: bool,
+    /// Extension data (after its 4-byte header).
+    pub data: &'a [u8],
+}
+
+/// Iterator over an extension chain. Yields `Err` once and then stops if the
+/// chain is malformed.
+#[derive(Debug, Clone)]
+pub struct ExtIter<'a> {
+    rest: &'a [u8],
+    done: bool,
+    total: usize,
+}
+
+impl<'a> ExtIter<'a> {
+    /// Starts iterating at the first extension header in `bytes`.
+    pub fn new(bytes: &'a [u8]) -> Self {
+        ExtIter {
+            rest: bytes,
+            done: false,
+            total: 0,
+        }
+    }
+
+    /// Bytes consumed so far.
+    pub fn consumed(&self) -> usize {
+        self.total
+    }
+}
+
+impl<'a> Iterator for ExtIter<'a> {
+    type Item = Result<Extension<'a>, WireError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let (b0, words, fl) = match self.rest.get(0..4) {
+            Some(h) => (h[0], h[1] as usize, h[2]),
+            None => {
+                self.done = true;
+                return Some(Err(WireError::Truncated));
+            }
+        };
+        let len = words * 4;
+        if words == 0 || self.total + len > EXT_MAX_TOTAL {
+            self.done = true;
+            return Some(Err(WireError::Malformed));
+        }
+        let (this, rest) = match (self.rest.get(..len), self.rest.get(len..)) {
+            (Some(a), Some(b)) => (a, b),
+            _ => {
+                self.done = true;
+                return Some(Err(WireError::Truncated));
+            }
+        };
+        self.rest = rest;
+        self.total += len;
+        if b0 & 0x80 == 0 {
+            self.done = true;
+        }
+        Some(Ok(Extension {
+            ty: b0 & 0x7f,
+            critical: fl & EXT_FLAG_CRITICAL != 0,
+            data: this.get(4..).unwrap_or(&[]),
+        }))
+    }
+}
+
+/// Validates an extension chain and returns its length. Unknown critical
+/// extensions are rejected; this implementation understands only
+/// [`EXT_TYPE_PAD`].
+pub(crate) fn validate_chain(bytes: &[u8]) -> Result<usize, WireError> {
+    let mut it = ExtIter::new(bytes);
+    for e in it.by_ref() {
+        let e = e?;
+        if e.critical && e.ty != EXT_TYPE_PAD {
+            return Err(WireError::UnknownCriticalExtension);
+        }
+    }
+    Ok(it.consumed())
+}

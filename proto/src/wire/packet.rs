@@ -1,0 +1,220 @@
+//! Whole-packet parse and emit (MR-3.1).
+
+use super::ext::validate_chain;
+use super::{
+    AckHeader, AckRepr, AtomicHeader, AtomicRepr, BaseHeader, BaseRepr, Flags, Opcode,
+    RequestHeader, RequestRepr, ResponseHeader, ResponseRepr, UdHeader, UdRepr, WireError,
+};
+
+/// The opcode-specific part of a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Body<'a> {
+    /// SEND*, WRITE*, READ_REQ, ATOMIC_*.
+    Request {
+        /// Request header.
+        req: RequestRepr,
+        /// Atomic header, present exactly for atomic opcodes.
+        atomic: Option<AtomicRepr>,
+        /// Payload bytes.
+        payload: &'a [u8],
+    },
+    /// READ_RESP, ATOMIC_RESP.
+    Response {
+        /// Response header.
+        rsp: ResponseRepr,
+        /// Payload bytes.
+        payload: &'a [u8],
+    },
+    /// ACK or NAK.
+    Ack(AckRepr),
+    /// Path probe (payload, if any, is padding and ignored).
+    Probe,
+    /// UD_SEND, UD_SEND_IMM.
+    Datagram {
+        /// Datagram header.
+        ud: UdRepr,
+        /// Payload bytes.
+        payload: &'a [u8],
+    },
+}
+
+/// A parsed MetaRoCE packet: everything after the UDP header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacketRepr<'a> {
+    /// Base header.
+    pub base: BaseRepr,
+    /// Opcode-specific headers and payload.
+    pub body: Body<'a>,
+}
+
+fn split(bytes: &[u8], at: usize) -> Result<(&[u8], &[u8]), WireError> {
+    match (bytes.get(..at), bytes.get(at..)) {
+        (Some(a), Some(b)) => Ok((a, b)),
+        _ => Err(WireError::Truncated),
+    }
+}
+
+impl<'a> PacketRepr<'a> {
+    /// Parses and validates an untrusted datagram payload. Never panics
+    /// (MR-3.1.6); every rejection is a [`WireError`].
+    pub fn parse(bytes: &'a [u8]) -> Result<PacketRepr<'a>, WireError> {
+        let base = BaseRepr::parse(&BaseHeader::new_checked(bytes)?)?;
+        let (_, rest) = split(bytes, BaseRepr::LEN)?;
+        let op = base.opcode;
+        // Spec: MR-3.7.2 — the extension chain follows the opcode headers.
+        let skip_ext = |after: &'a [u8]| -> Result<&'a [u8], WireError> {
+            if base.flags.has(Flags::EXT) {
+                let n = validate_chain(after)?;
+                Ok(split(after, n)?.1)
+            } else {
+                Ok(after)
+            }
+        };
+        let body = if op.is_request() {
+            let req = RequestRepr::parse(&RequestHeader::new_checked(rest)?)?;
+            let (_, mut rest) = split(rest, RequestRepr::LEN)?;
+            let atomic = if op.is_atomic() {
+                let a = AtomicRepr::parse(&AtomicHeader::new_checked(rest)?)?;
+                rest = split(rest, AtomicRepr::LEN)?.1;
+                // Spec: MR-3.3.4 — atomics operate on exactly 8 bytes.
+                if req.msg_len != 8 || req.offset != 0 {
+                    return Err(WireError::Malformed);
+                }
+                Some(a)
+            } else {
+                None
+            };
+            let payload = skip_ext(rest)?;
+            if !op.carries_payload() {
+                // Spec: MR-3.3.3 — READ_REQ and atomics carry no payload.
+                if !payload.is_empty() {
+                    return Err(WireError::Malformed);
+                }
+                if op == Opcode::ReadReq && req.offset != 0 {
+                    return Err(WireError::Malformed);
+                }
+            } else {
+                check_extent(req.offset, payload.len(), req.msg_len, base.flags)?;
+            }
+            Body::Request {
+                req,
+                atomic,
+                payload,
+            }
+        } else if op.is_response() {
+            let rsp = ResponseRepr::parse(&ResponseHeader::new_checked(rest)?)?;
+            let payload = skip_ext(split(rest, ResponseRepr::LEN)?.1)?;
+            if op == Opcode::AtomicResp
+                && (rsp.msg_len != 8 || rsp.offset != 0 || payload.len() != 8)
+            {
+                return Err(WireError::Malformed);
+            }
+            check_extent(rsp.offset, payload.len(), rsp.msg_len, base.flags)?;
+            Body::Response { rsp, payload }
+        } else {
+            match op {
+                Opcode::Ack => {
+                    let ack = AckRepr::parse(&AckHeader::new_checked(rest)?)?;
+                    skip_ext(split(rest, AckRepr::LEN)?.1)?;
+                    Body::Ack(ack)
+                }
+                Opcode::Probe => {
+                    skip_ext(rest)?;
+                    Body::Probe
+                }
+                _ => {
+                    // UdSend / UdSendImm
+                    let ud = UdRepr::parse(&UdHeader::new_checked(rest)?)?;
+                    let payload = skip_ext(split(rest, UdRepr::LEN)?.1)?;
+                    Body::Datagram { ud, payload }
+                }
+            }
+        };
+        Ok(PacketRepr { base, body })
+    }
+
+    /// Length of the headers `emit` writes (no extensions are emitted).
+    pub fn header_len(&self) -> usize {
+        BaseRepr::LEN
+            + match self.body {
+                Body::Request { atomic, .. } => {
+                    RequestRepr::LEN + if atomic.is_some() { AtomicRepr::LEN } else { 0 }
+                }
+                Body::Response { .. } => ResponseRepr::LEN,
+                Body::Ack(_) => AckRepr::LEN,
+                Body::Probe => 0,
+                Body::Datagram { .. } => UdRepr::LEN,
+            }
+    }
+
+    /// The payload slice of the body (empty for ACK and PROBE).
+    pub fn payload(&self) -> &'a [u8] {
+        match self.body {
+            Body::Request { payload, .. }
+            | Body::Response { payload, .. }
+            | Body::Datagram { payload, .. } => payload,
+            Body::Ack(_) | Body::Probe => &[],
+        }
+    }
+
+    /// Total encoded length (headers plus payload).
+    pub fn buffer_len(&self) -> usize {
+        self.header_len() + self.payload().len()
+    }
+
+    /// Emits headers only; returns their length. The caller fills the
+    /// payload in place after them (zero-copy transmit).
+    pub fn emit_headers(&self, buf: &mut [u8]) -> Result<usize, WireError> {
+        let hl = self.header_len();
+        if buf.len() < hl {
+            return Err(WireError::BufferTooSmall);
+        }
+        let mut base = self.base;
+        base.flags = base.flags.with(Flags::EXT, false);
+        base.emit(&mut BaseHeader::new_unchecked(&mut *buf))?;
+        let rest = buf
+            .get_mut(BaseRepr::LEN..)
+            .ok_or(WireError::BufferTooSmall)?;
+        match self.body {
+            Body::Request { req, atomic, .. } => {
+                req.emit(&mut RequestHeader::new_unchecked(&mut *rest))?;
+                if let Some(a) = atomic {
+                    let r = rest
+                        .get_mut(RequestRepr::LEN..)
+                        .ok_or(WireError::BufferTooSmall)?;
+                    a.emit(&mut AtomicHeader::new_unchecked(r))?;
+                }
+            }
+            Body::Response { rsp, .. } => rsp.emit(&mut ResponseHeader::new_unchecked(rest))?,
+            Body::Ack(a) => a.emit(&mut AckHeader::new_unchecked(rest))?,
+            Body::Probe => {}
+            Body::Datagram { ud, .. } => ud.emit(&mut UdHeader::new_unchecked(rest))?,
+        }
+        Ok(hl)
+    }
+
+    /// Emits the whole packet; returns its length.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize, WireError> {
+        let hl = self.emit_headers(buf)?;
+        let p = self.payload();
+        let end = hl.checked_add(p.len()).ok_or(WireError::BufferTooSmall)?;
+        buf.get_mut(hl..end)
+            .ok_or(WireError::BufferTooSmall)?
+            .copy_from_slice(p);
+        Ok(end)
+    }
+}
+
+/// Spec: MR-3.3.2 — payload lies within the message and `LAST` is set
+/// exactly on the packet that ends it.
+fn check_extent(offset: u32, len: usize, msg_len: u32, flags: Flags) -> Result<(), WireError> {
+    let len = u32::try_from(len).map_err(|_| WireError::Malformed)?;
+    let end = offset.checked_add(len).ok_or(WireError::Malformed)?;
+    if end > msg_len {
+        return Err(WireError::Malformed);
+    }
+    if flags.has(Flags::LAST) != (end == msg_len) {
+        return Err(WireError::Malformed);
+    }
+    Ok(())
+}
