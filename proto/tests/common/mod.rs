@@ -1,0 +1,129 @@
+//! Host-only helpers shared by the integration tests: a memory model and a
+//! small deterministic PRNG.
+#![allow(dead_code, unreachable_pub, missing_docs)]
+
+use metaroce_proto::{AtomicOp, LocalMemory, MemError, Responder};
+use std::collections::HashMap;
+
+/// xorshift64*; deterministic, seedable.
+#[derive(Clone, Debug)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next_u64() % n
+        }
+    }
+    /// True with probability `ppm` parts per million.
+    pub fn chance_ppm(&mut self, ppm: u64) -> bool {
+        self.below(1_000_000) < ppm
+    }
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next_u64() as u8).collect()
+    }
+}
+
+/// Registered regions by rkey, local buffers and receive buffers by wr_id.
+#[derive(Default, Debug, Clone)]
+pub struct VecMemory {
+    pub regions: HashMap<u32, (u64, Vec<u8>)>,
+    pub local: HashMap<u64, Vec<u8>>,
+    pub recv: HashMap<u64, Vec<u8>>,
+    pub invalidated: Vec<u32>,
+    pub atomics_executed: u64,
+    pub writes: u64,
+}
+
+impl VecMemory {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn add_region(&mut self, rkey: u32, base: u64, len: usize) {
+        self.regions.insert(rkey, (base, vec![0; len]));
+    }
+    pub fn region(&self, rkey: u32) -> &[u8] {
+        &self.regions[&rkey].1
+    }
+    pub fn set_local(&mut self, wr_id: u64, data: Vec<u8>) {
+        self.local.insert(wr_id, data);
+    }
+    pub fn set_recv(&mut self, wr_id: u64, len: usize) {
+        self.recv.insert(wr_id, vec![0; len]);
+    }
+    fn range(&mut self, rkey: u32, va: u64, len: usize) -> Result<&mut [u8], MemError> {
+        let (base, buf) = self.regions.get_mut(&rkey).ok_or(MemError::Access)?;
+        let off = va.checked_sub(*base).ok_or(MemError::Access)? as usize;
+        buf.get_mut(off..off.checked_add(len).ok_or(MemError::Access)?).ok_or(MemError::Access)
+    }
+}
+
+impl Responder for VecMemory {
+    fn write_remote(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
+        self.writes += 1;
+        self.range(rkey, va, data.len())?.copy_from_slice(data);
+        Ok(())
+    }
+    fn read_remote(&mut self, rkey: u32, va: u64, out: &mut [u8]) -> Result<(), MemError> {
+        out.copy_from_slice(self.range(rkey, va, out.len())?);
+        Ok(())
+    }
+    fn atomic_remote(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
+        self.atomics_executed += 1;
+        let r = self.range(rkey, va, 8)?;
+        let old = u64::from_ne_bytes(r[..8].try_into().unwrap());
+        let new = match op {
+            AtomicOp::Cas { compare, swap } => {
+                if old == compare {
+                    swap
+                } else {
+                    old
+                }
+            }
+            AtomicOp::Faa { add } => old.wrapping_add(add),
+        };
+        r.copy_from_slice(&new.to_ne_bytes());
+        Ok(old)
+    }
+    fn write_recv(&mut self, wr_id: u64, offset: u32, data: &[u8]) -> Result<(), MemError> {
+        let b = self.recv.get_mut(&wr_id).ok_or(MemError::Access)?;
+        let o = offset as usize;
+        b.get_mut(o..o + data.len()).ok_or(MemError::Access)?.copy_from_slice(data);
+        Ok(())
+    }
+    fn invalidate(&mut self, rkey: u32) -> Result<(), MemError> {
+        self.invalidated.push(rkey);
+        Ok(())
+    }
+}
+
+impl LocalMemory for VecMemory {
+    fn read_local(&mut self, wr_id: u64, offset: u32, out: &mut [u8]) -> Result<(), MemError> {
+        let b = self.local.get(&wr_id).ok_or(MemError::Access)?;
+        let o = offset as usize;
+        out.copy_from_slice(b.get(o..o + out.len()).ok_or(MemError::Access)?);
+        Ok(())
+    }
+    fn write_local(&mut self, wr_id: u64, offset: u32, data: &[u8]) -> Result<(), MemError> {
+        let b = self.local.entry(wr_id).or_default();
+        let o = offset as usize;
+        if b.len() < o + data.len() {
+            b.resize(o + data.len(), 0);
+        }
+        b[o..o + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+}
