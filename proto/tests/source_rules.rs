@@ -35,14 +35,20 @@ fn code_lines(src: &str) -> impl Iterator<Item = (usize, &str)> {
 fn no_crate_paths_in_library() {
     for (name, src) in sources() {
         for (i, l) in src.lines().enumerate() {
-            assert!(!l.contains("crate::"), "{name}:{}: `crate::` breaks the #[path] kernel build", i + 1);
+            assert!(
+                !l.contains("crate::"),
+                "{name}:{}: `crate::` breaks the #[path] kernel build",
+                i + 1
+            );
         }
     }
 }
 
 #[test]
 fn no_float_heap_or_std_in_library() {
-    let banned = ["f32", "f64", "alloc::", "std::", "Vec<", "Box<", "String", "unsafe", "u128", "i128"];
+    let banned = [
+        "f32", "f64", "alloc::", "std::", "Vec<", "Box<", "String", "unsafe", "u128", "i128",
+    ];
     for (name, src) in sources() {
         for (i, l) in code_lines(&src) {
             if l.trim_start().starts_with("#![forbid(unsafe_code)]") {
@@ -52,7 +58,10 @@ fn no_float_heap_or_std_in_library() {
                 let hit = l
                     .match_indices(b)
                     .any(|(k, _)| !l[..k].ends_with(|c: char| c.is_alphanumeric() || c == '_'));
-                assert!(!hit, "{name}:{i}: `{b}` not allowed in the kernel-shared library: {l}");
+                assert!(
+                    !hit,
+                    "{name}:{i}: `{b}` not allowed in the kernel-shared library: {l}"
+                );
             }
         }
     }

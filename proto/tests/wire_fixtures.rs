@@ -4,7 +4,10 @@ use metaroce_proto::wire::*;
 
 fn hex(s: &str) -> Vec<u8> {
     let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 const BASE_HEX: &str = "10 04 88 03  00 12 34 56  01 02 03 04  a0 b0 c0 d0  de ad be ef";
@@ -26,7 +29,8 @@ fn base(op: Opcode, flags: u8) -> BaseRepr {
 fn base_header_fixture() {
     let b = base(Opcode::Write, Flags::LAST | Flags::ACK_REQ);
     let mut buf = [0u8; 20];
-    b.emit(&mut BaseHeader::new_unchecked(&mut buf[..])).unwrap();
+    b.emit(&mut BaseHeader::new_unchecked(&mut buf[..]))
+        .unwrap();
     assert_eq!(buf.to_vec(), hex(BASE_HEX));
     let v = BaseHeader::new_checked(&buf[..]).unwrap();
     assert_eq!(v.version(), 1);
@@ -46,9 +50,13 @@ fn request_header_fixture() {
         remote_va: 0x0000_7f00_1234_5678,
     };
     let mut buf = [0u8; 32];
-    r.emit(&mut RequestHeader::new_unchecked(&mut buf[..])).unwrap();
+    r.emit(&mut RequestHeader::new_unchecked(&mut buf[..]))
+        .unwrap();
     assert_eq!(buf.to_vec(), hex(REQ_HEX));
-    assert_eq!(RequestRepr::parse(&RequestHeader::new_checked(&buf[..]).unwrap()).unwrap(), r);
+    assert_eq!(
+        RequestRepr::parse(&RequestHeader::new_checked(&buf[..]).unwrap()).unwrap(),
+        r
+    );
 }
 
 #[test]
@@ -58,7 +66,14 @@ fn write_packet_fixture() {
         "{BASE_HEX} 00000011 00000000 00002000 00002004 00000000 0badf00d 00007f00 12345678 61626364"
     ));
     let p = PacketRepr::parse(&bytes).unwrap();
-    let Body::Request { req, atomic, payload } = p.body else { panic!("not a request") };
+    let Body::Request {
+        req,
+        atomic,
+        payload,
+    } = p.body
+    else {
+        panic!("not a request")
+    };
     assert_eq!(req.offset, 0x2000);
     assert_eq!(req.msg_len, 0x2004);
     assert!(atomic.is_none());
@@ -77,8 +92,21 @@ fn atomic_packet_fixture() {
     ));
     let p = PacketRepr::parse(&bytes).unwrap();
     assert_eq!(p.base.opcode, Opcode::AtomicCas);
-    let Body::Request { atomic: Some(a), payload, .. } = p.body else { panic!() };
-    assert_eq!(a, AtomicRepr { swap_add: 0x0102030405060708, compare: 0x1112131415161718 });
+    let Body::Request {
+        atomic: Some(a),
+        payload,
+        ..
+    } = p.body
+    else {
+        panic!()
+    };
+    assert_eq!(
+        a,
+        AtomicRepr {
+            swap_add: 0x0102030405060708,
+            compare: 0x1112131415161718
+        }
+    );
     assert!(payload.is_empty());
     let mut out = vec![0u8; p.buffer_len()];
     p.emit(&mut out).unwrap();
@@ -91,8 +119,17 @@ fn response_packet_fixture() {
                      00000005 00001000 00001004 00000000 deadbeef");
     let p = PacketRepr::parse(&bytes).unwrap();
     assert_eq!(p.base.opcode, Opcode::ReadResp);
-    let Body::Response { rsp, payload } = p.body else { panic!() };
-    assert_eq!(rsp, ResponseRepr { req_msn: 5, offset: 0x1000, msg_len: 0x1004 });
+    let Body::Response { rsp, payload } = p.body else {
+        panic!()
+    };
+    assert_eq!(
+        rsp,
+        ResponseRepr {
+            req_msn: 5,
+            offset: 0x1000,
+            msg_len: 0x1004
+        }
+    );
     assert_eq!(payload, [0xde, 0xad, 0xbe, 0xef]);
     let mut out = vec![0u8; p.buffer_len()];
     p.emit(&mut out).unwrap();
@@ -142,8 +179,17 @@ fn probe_and_ud_fixture() {
     assert_eq!(p.base.path_id, 5);
     let ud = hex("10 31 00 00 00000042 00000000 00000000 00000001 11111111 00000abc 0000beef 7a");
     let p = PacketRepr::parse(&ud).unwrap();
-    let Body::Datagram { ud: u, payload } = p.body else { panic!() };
-    assert_eq!(u, UdRepr { qkey: 0x11111111, src_qpn: 0xabc, imm: 0xbeef });
+    let Body::Datagram { ud: u, payload } = p.body else {
+        panic!()
+    };
+    assert_eq!(
+        u,
+        UdRepr {
+            qkey: 0x11111111,
+            src_qpn: 0xabc,
+            imm: 0xbeef
+        }
+    );
     assert_eq!(payload, b"z");
     let mut out = vec![0u8; p.buffer_len()];
     p.emit(&mut out).unwrap();
@@ -163,7 +209,10 @@ fn extension_chain() {
     // The same with the unknown extension marked critical: rejected.
     let mut crit = bytes.clone();
     crit[20 + 32 + 2] = EXT_FLAG_CRITICAL;
-    assert_eq!(PacketRepr::parse(&crit), Err(WireError::UnknownCriticalExtension));
+    assert_eq!(
+        PacketRepr::parse(&crit),
+        Err(WireError::UnknownCriticalExtension)
+    );
 }
 
 #[test]

@@ -29,9 +29,16 @@ fn random_repr<'a>(r: &mut Rng, payload: &'a [u8]) -> PacketRepr<'a> {
     let mut flags = Flags((r.next_u64() as u8) & !(Flags::RESERVED | Flags::EXT | Flags::LAST));
     let off = r.below(1 << 20) as u32;
     let body = if op.is_request() {
-        let atomic = op.is_atomic().then(|| AtomicRepr { swap_add: r.next_u64(), compare: r.next_u64() });
+        let atomic = op.is_atomic().then(|| AtomicRepr {
+            swap_add: r.next_u64(),
+            compare: r.next_u64(),
+        });
         let (payload, offset, msg_len) = if op.carries_payload() {
-            let extra = if r.below(2) == 0 { 0 } else { r.below(5000) as u32 };
+            let extra = if r.below(2) == 0 {
+                0
+            } else {
+                r.below(5000) as u32
+            };
             if extra == 0 {
                 flags = flags.with(Flags::LAST, true);
             }
@@ -66,7 +73,14 @@ fn random_repr<'a>(r: &mut Rng, payload: &'a [u8]) -> PacketRepr<'a> {
             return random_repr(r, payload);
         }
         flags = flags.with(Flags::LAST, true);
-        Body::Response { rsp: ResponseRepr { req_msn: r.next_u64() as u32, offset, msg_len }, payload }
+        Body::Response {
+            rsp: ResponseRepr {
+                req_msn: r.next_u64() as u32,
+                offset,
+                msg_len,
+            },
+            payload,
+        }
     } else if op == Opcode::Ack {
         Body::Ack(AckRepr {
             cum_tsn: r.next_u64() as u32,
@@ -88,7 +102,11 @@ fn random_repr<'a>(r: &mut Rng, payload: &'a [u8]) -> PacketRepr<'a> {
         Body::Probe
     } else {
         Body::Datagram {
-            ud: UdRepr { qkey: r.next_u64() as u32, src_qpn: r.below(1 << 24) as u32, imm: r.next_u64() as u32 },
+            ud: UdRepr {
+                qkey: r.next_u64() as u32,
+                src_qpn: r.below(1 << 24) as u32,
+                imm: r.next_u64() as u32,
+            },
             payload,
         }
     };
@@ -165,14 +183,19 @@ fn receive_path_mutation_fuzz() {
     for i in 0..8u64 {
         ma.set_local(i, vec![i as u8; 5000]);
         mb.set_recv(100 + i, 8192);
-        b.post_recv(RecvWr { wr_id: 100 + i, len: 8192 }).unwrap();
+        b.post_recv(RecvWr {
+            wr_id: 100 + i,
+            len: 8192,
+        })
+        .unwrap();
     }
     a.post_send(SendWr::send(0, 5000)).unwrap();
     a.post_send(SendWr::write(1, 5000, 0x1000, 0x55)).unwrap();
     a.post_send(SendWr::read(2, 3000, 0x1000, 0x55)).unwrap();
     a.post_send(SendWr::faa(3, 0x1008, 0x55, 5)).unwrap();
     a.post_send(SendWr::cas(4, 0x1010, 0x55, 0, 9)).unwrap();
-    a.post_send(SendWr::write_imm(5, 10, 0x1000, 0x55, 7)).unwrap();
+    a.post_send(SendWr::write_imm(5, 10, 0x1000, 0x55, 7))
+        .unwrap();
     let mut buf = vec![0u8; 9100];
     let now = Instant(1000);
     for _ in 0..6 {
@@ -193,7 +216,10 @@ fn receive_path_mutation_fuzz() {
     ];
     for v in victims.iter_mut() {
         for i in 0..8u64 {
-            let _ = v.post_recv(RecvWr { wr_id: 100 + i, len: 8192 });
+            let _ = v.post_recv(RecvWr {
+                wr_id: 100 + i,
+                len: 8192,
+            });
         }
     }
     let mut mem = mb.clone();
@@ -220,7 +246,10 @@ fn receive_path_mutation_fuzz() {
                 let cut = r.below(p.len().min(other.len()) as u64) as usize;
                 p = [&p[..cut], &other[cut..]].concat();
             }
-            4 => { let n = r.below(64) as usize; p.extend(r.bytes(n)) },
+            4 => {
+                let n = r.below(64) as usize;
+                p.extend(r.bytes(n))
+            }
             _ => {}
         }
         let v = &mut victims[(i % 2) as usize];

@@ -67,7 +67,8 @@ impl VecMemory {
     fn range(&mut self, rkey: u32, va: u64, len: usize) -> Result<&mut [u8], MemError> {
         let (base, buf) = self.regions.get_mut(&rkey).ok_or(MemError::Access)?;
         let off = va.checked_sub(*base).ok_or(MemError::Access)? as usize;
-        buf.get_mut(off..off.checked_add(len).ok_or(MemError::Access)?).ok_or(MemError::Access)
+        buf.get_mut(off..off.checked_add(len).ok_or(MemError::Access)?)
+            .ok_or(MemError::Access)
     }
 }
 
@@ -101,7 +102,9 @@ impl Responder for VecMemory {
     fn write_recv(&mut self, wr_id: u64, offset: u32, data: &[u8]) -> Result<(), MemError> {
         let b = self.recv.get_mut(&wr_id).ok_or(MemError::Access)?;
         let o = offset as usize;
-        b.get_mut(o..o + data.len()).ok_or(MemError::Access)?.copy_from_slice(data);
+        b.get_mut(o..o + data.len())
+            .ok_or(MemError::Access)?
+            .copy_from_slice(data);
         Ok(())
     }
     fn invalidate(&mut self, rkey: u32) -> Result<(), MemError> {

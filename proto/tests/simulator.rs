@@ -1,0 +1,54 @@
+//! Simulator tests: the figures promised by the spec (MR-11) and the README.
+//! Run `cargo test --release --test simulator -- --nocapture` to see the
+//! table; `cargo run --release --example sim_table` prints it too.
+
+mod common;
+mod sim;
+
+use metaroce_proto::Recovery;
+use sim::scenarios::*;
+
+#[test]
+fn smoke_bulk_lossless() {
+    let r = bulk(0, Recovery::Selective, 4, 4 << 20, None, 11);
+    assert!(r.completed, "{r:?}");
+    println!("lossless 4 MiB: {:.1} Gb/s", r.gbps());
+}
+
+#[test]
+fn every_message_exactly_once_in_order_at_10pct_loss() {
+    let r = mixed(100_000, 5_000, 20_000, 1_500, 21);
+    assert!(r.all_ok(), "{:#?}", r);
+}
+
+#[test]
+fn figures_table() {
+    let (table, f) = table();
+    println!("{table}");
+    let ratio = f.lossy.gbps() / f.lossless.gbps();
+    assert!(f.lossless.completed && f.lossy.completed);
+    assert!(ratio >= 0.90, "1% loss goodput ratio {ratio:.3}");
+    assert!(f.mix.all_ok(), "{:#?}", f.mix);
+    assert!(f.bh.completed);
+    let detect = f.bh.detect_ns.expect("black hole never detected");
+    assert!(
+        detect <= 10 * BASE_RTT_NS,
+        "black hole detected after {detect} ns"
+    );
+    assert!(
+        f.bh.max_gap_ns <= 20 * BASE_RTT_NS,
+        "stall of {} ns",
+        f.bh.max_gap_ns
+    );
+    assert!(f.inc.jain_permille >= 900, "Jain {}", f.inc.jain_permille);
+    assert!(f.inc.max_queue <= 512 << 10, "queue {}", f.inc.max_queue);
+    assert!(
+        f.inc_nohint.max_queue <= 1 << 20,
+        "queue {}",
+        f.inc_nohint.max_queue
+    );
+    assert!(f.inc_nohint.jain_permille >= 900);
+    assert!(f.mix.tail_checks > 0);
+    assert_eq!(f.inc.drops, 0);
+    assert!(f.gbn1.completed);
+}
