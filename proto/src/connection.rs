@@ -256,8 +256,17 @@ impl SqEntry {
     fn transport_done(&self) -> bool {
         self.fully_sent && self.pkts_acked == self.pkts_total
     }
-    fn done(&self) -> bool {
-        self.transport_done() && (!self.wr.opcode.has_response() || self.resp_done)
+    /// Spec: MR-4.3.1 — a request without a response completes once all its
+    /// packets are acknowledged *and* the responder reports it delivered
+    /// (placed in message order, tail included); READ/atomic once the whole
+    /// response arrived.
+    fn done(&self, msn: u32, peer_msn: u32) -> bool {
+        self.transport_done()
+            && if self.wr.opcode.has_response() {
+                self.resp_done
+            } else {
+                seq_lt(msn, peer_msn)
+            }
     }
 }
 
@@ -481,6 +490,7 @@ pub struct Connection {
     sq_send: u32,
     sq_tail: u32,
     msg_una: u32,
+    peer_msn: u32,
     next_ssn: u32,
     rd_outstanding: u32,
     pkts: [Pkt; WINDOW as usize],
@@ -555,6 +565,7 @@ impl Connection {
             sq_send: 0,
             sq_tail: 0,
             msg_una: 0,
+            peer_msn: 0,
             next_ssn: 0,
             rd_outstanding: 0,
             pkts: [Pkt::EMPTY; WINDOW as usize],
@@ -945,7 +956,7 @@ impl Connection {
                 }
                 let r = self.rq[(req.ssn as usize) % RQ_DEPTH];
                 s.recv_wr = r.wr_id;
-                if req.msg_len > r.len {
+                if op != Opcode::WriteImm && req.msg_len > r.len {
                     s.err = Syndrome::NakInvalid as u8;
                     s.err_tsn = base.tsn;
                     s.recv_len_err = true;
@@ -1133,6 +1144,8 @@ impl Connection {
             }
             self.msgs[idx].active = false;
             self.msg_cum = self.msg_cum.wrapping_add(1);
+            // Spec: MR-5.4.1 — report delivery progress promptly.
+            self.paths[p % MAX_PATHS].ack_now = true;
         }
     }
 
@@ -1311,6 +1324,11 @@ impl Connection {
         } else {
             (a.credit_hint as u32 * 256).max(self.cfg.mtu)
         };
+        // Spec: MR-3.5.3 — the MSN field reports in-order delivery.
+        let msn_ok = a.msn.wrapping_sub(self.peer_msn) <= self.sq_send.wrapping_sub(self.peer_msn);
+        if msn_ok && (syn == Syndrome::Ack || syn.is_fatal()) && seq_lt(self.peer_msn, a.msn) {
+            self.peer_msn = a.msn;
+        }
         match syn {
             Syndrome::Ack => {}
             Syndrome::NakSequence => {
@@ -1484,7 +1502,7 @@ impl Connection {
         }
         while self.sq_head != self.sq_send {
             let e = self.sq[(self.sq_head as usize) % SQ_DEPTH];
-            if !e.done() {
+            if !e.done(self.sq_head, self.peer_msn) {
                 break;
             }
             if e.wr.flags & WR_SIGNALED != 0 {
@@ -1521,7 +1539,7 @@ impl Connection {
             let e = self.sq[(k as usize) % SQ_DEPTH];
             let status = match first {
                 Some((m, st)) if m == k => st,
-                _ if e.done() => WcStatus::Success,
+                _ if e.done(k, self.peer_msn) => WcStatus::Success,
                 _ => WcStatus::WrFlushErr,
             };
             if status != WcStatus::Success || e.wr.flags & WR_SIGNALED != 0 {

@@ -85,11 +85,9 @@ fn write_packet_fixture() {
 
 #[test]
 fn atomic_packet_fixture() {
-    let bytes = hex(&format!(
-        "10 07 88 03 00123456 01020304 a0b0c0d0 deadbeef \
+    let bytes = hex("10 07 88 03 00123456 01020304 a0b0c0d0 deadbeef \
          00000005 00000000 00000000 00000008 00000000 0badf00d 00007f00 12345678 \
-         0102030405060708 1112131415161718"
-    ));
+         0102030405060708 1112131415161718");
     let p = PacketRepr::parse(&bytes).unwrap();
     assert_eq!(p.base.opcode, Opcode::AtomicCas);
     let Body::Request {
@@ -199,11 +197,9 @@ fn probe_and_ud_fixture() {
 #[test]
 fn extension_chain() {
     // A non-critical unknown extension (type 5, 2 words) then a PAD: skipped.
-    let bytes = hex(&format!(
-        "10 01 0c 00 00000042 00000000 00000000 00000001 \
+    let bytes = hex("10 01 0c 00 00000042 00000000 00000000 00000001 \
          00000000 00000000 00000000 00000002 00000000 00000000 0000000000000000 \
-         85 02 00 00 aabbccdd  00 01 00 00  6869"
-    ));
+         85 02 00 00 aabbccdd  00 01 00 00  6869");
     let p = PacketRepr::parse(&bytes).unwrap();
     assert_eq!(p.payload(), b"hi");
     // The same with the unknown extension marked critical: rejected.

@@ -220,7 +220,7 @@ pub fn mixed(loss_ppm: u64, dup_ppm: u64, reorder_ppm: u64, nops: u64, seed: u64
             let len = match rng.below(4) {
                 0 => rng.below(64) as u32,
                 1 => rng.below(4096) as u32,
-                _ => rng.below(AREA as u64 - 1) as u32,
+                _ => rng.below(AREA - 1) as u32,
             };
             let m = &mut n.eps[a].mem.m;
             let area = 0x100_0000 + (i % 64) * AREA;
@@ -320,10 +320,8 @@ pub fn mixed(loss_ppm: u64, dup_ppm: u64, reorder_ppm: u64, nops: u64, seed: u64
                         let _ = k;
                     }
                 }
-                Kind::Write | Kind::WriteImm => {
-                    if len > 0 {
-                        n.eps[b].mem.watch.remove(&(0x77, extra + len as u64 - 1));
-                    }
+                Kind::Write | Kind::WriteImm if len > 0 => {
+                    n.eps[b].mem.watch.remove(&(0x77, extra + len as u64 - 1));
                 }
                 _ => {}
             }

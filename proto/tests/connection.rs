@@ -1,0 +1,430 @@
+//! Connection state-machine tests with hand-controlled packet delivery.
+
+mod common;
+use common::VecMemory;
+use metaroce_proto::*;
+
+struct Pair {
+    a: Connection,
+    b: Connection,
+    ma: VecMemory,
+    mb: VecMemory,
+    now: u64,
+    buf: Vec<u8>,
+}
+
+impl Pair {
+    fn new(tweak: impl Fn(&mut Config)) -> Pair {
+        let mut ca = Config::test_pair(1, 2);
+        let mut cb = Config::test_pair(2, 1);
+        tweak(&mut ca);
+        tweak(&mut cb);
+        let mut mb = VecMemory::new();
+        mb.add_region(0x77, 0x1000, 1 << 16);
+        Pair {
+            a: Connection::new(ca),
+            b: Connection::new(cb),
+            ma: VecMemory::new(),
+            mb,
+            now: 1_000,
+            buf: vec![0; 9200],
+        }
+    }
+    fn out_a(&mut self) -> Vec<(u16, Vec<u8>)> {
+        let mut v = vec![];
+        while let Some(t) = self
+            .a
+            .poll_transmit(Instant(self.now), &mut self.buf, &mut self.ma)
+        {
+            v.push((t.src_port, self.buf[..t.len].to_vec()));
+        }
+        v
+    }
+    fn out_b(&mut self) -> Vec<(u16, Vec<u8>)> {
+        let mut v = vec![];
+        while let Some(t) = self
+            .b
+            .poll_transmit(Instant(self.now), &mut self.buf, &mut self.mb)
+        {
+            v.push((t.src_port, self.buf[..t.len].to_vec()));
+        }
+        v
+    }
+    fn deliver_b(&mut self, p: &(u16, Vec<u8>)) {
+        self.b
+            .handle_datagram(Instant(self.now), p.0, false, &p.1, &mut self.mb);
+    }
+    fn deliver_a(&mut self, p: &(u16, Vec<u8>)) {
+        self.a
+            .handle_datagram(Instant(self.now), p.0, false, &p.1, &mut self.ma);
+    }
+    /// Perfect network until quiet, advancing time and firing timers.
+    fn run(&mut self, rounds: usize) {
+        for _ in 0..rounds {
+            let pa = self.out_a();
+            for p in &pa {
+                self.deliver_b(p);
+            }
+            let pb = self.out_b();
+            for p in &pb {
+                self.deliver_a(p);
+            }
+            self.tick(1_000);
+        }
+    }
+    fn tick(&mut self, ns: u64) {
+        self.now += ns;
+        let t = Instant(self.now);
+        if self.a.poll_timeout().map(|d| d <= t).unwrap_or(false) {
+            self.a.handle_timeout(t);
+        }
+        if self.b.poll_timeout().map(|d| d <= t).unwrap_or(false) {
+            self.b.handle_timeout(t);
+        }
+    }
+    fn comps_a(&mut self) -> Vec<Completion> {
+        std::iter::from_fn(|| self.a.poll_completion()).collect()
+    }
+    fn comps_b(&mut self) -> Vec<Completion> {
+        std::iter::from_fn(|| self.b.poll_completion()).collect()
+    }
+}
+
+fn is_data(p: &(u16, Vec<u8>)) -> bool {
+    let op = p.1[1];
+    op != 0x20 && op != 0x21
+}
+
+#[test]
+fn last_packet_is_placed_last() {
+    // Spec: MR-4.3.3.
+    let mut t = Pair::new(|c| c.mtu = 1024);
+    let data: Vec<u8> = (0..2500u32).map(|i| (i % 251) as u8 + 1).collect();
+    t.ma.set_local(1, data.clone());
+    t.a.post_send(SendWr::write(1, 2500, 0x1000, 0x77)).unwrap();
+    let pkts: Vec<_> = t.out_a().into_iter().filter(is_data).collect();
+    assert_eq!(pkts.len(), 3);
+    t.deliver_b(&pkts[2]);
+    let r = t.mb.region(0x77);
+    assert_eq!(
+        &r[2048..2500 - 64],
+        &data[2048..2500 - 64],
+        "head of the last packet placed at once"
+    );
+    assert!(
+        r[2500 - 64..2500].iter().all(|b| *b == 0),
+        "final bytes held back"
+    );
+    t.deliver_b(&pkts[0]);
+    assert!(t.mb.region(0x77)[2499] == 0);
+    t.deliver_b(&pkts[1]);
+    assert_eq!(&t.mb.region(0x77)[..2500], &data[..]);
+    t.run(3);
+    let c = t.comps_a();
+    assert_eq!(c.len(), 1);
+    assert_eq!(
+        (c[0].wr_id, c[0].status, c[0].opcode),
+        (1, WcStatus::Success, WcOpcode::RdmaWrite)
+    );
+}
+
+#[test]
+fn write_with_imm_completes_after_earlier_writes() {
+    // Spec: MR-4.3.2 — NCCL's write chain + write-with-imm.
+    let mut t = Pair::new(|c| c.mtu = 1024);
+    t.ma.set_local(1, vec![7; 3000]);
+    t.ma.set_local(2, vec![9; 10]);
+    t.mb.set_recv(50, 0);
+    t.b.post_recv(RecvWr { wr_id: 50, len: 0 }).unwrap();
+    t.a.post_send(SendWr::write(1, 3000, 0x1000, 0x77)).unwrap();
+    t.a.post_send(SendWr::write_imm(2, 10, 0x3000, 0x77, 0xfeed))
+        .unwrap();
+    let pkts: Vec<_> = t.out_a().into_iter().filter(is_data).collect();
+    assert_eq!(pkts.len(), 4);
+    // The write-with-imm arrives first, then the tail of the write.
+    t.deliver_b(&pkts[3]);
+    t.deliver_b(&pkts[2]);
+    assert!(
+        t.comps_b().is_empty(),
+        "no completion before the earlier write is placed"
+    );
+    assert_eq!(
+        t.mb.region(0x77)[0x2000 + 9],
+        0,
+        "write-imm tail held back too"
+    );
+    t.deliver_b(&pkts[0]);
+    t.deliver_b(&pkts[1]);
+    let c = t.comps_b();
+    assert_eq!(c.len(), 1);
+    assert_eq!(
+        (c[0].wr_id, c[0].opcode, c[0].imm, c[0].byte_len),
+        (50, WcOpcode::RecvRdmaWithImm, Some(0xfeed), 10)
+    );
+    assert!(t.mb.region(0x77)[..3000].iter().all(|b| *b == 7));
+    assert!(t.mb.region(0x77)[0x2000..0x2000 + 10]
+        .iter()
+        .all(|b| *b == 9));
+}
+
+#[test]
+fn duplicates_are_suppressed_and_atomics_run_once() {
+    // Spec: MR-5.2.2, MR-5.6.1.
+    let mut t = Pair::new(|_| {});
+    t.a.post_send(SendWr::faa(1, 0x1000, 0x77, 5)).unwrap();
+    t.a.post_send(SendWr::cas(2, 0x1008, 0x77, 0, 42)).unwrap();
+    for _ in 0..4 {
+        let pa = t.out_a();
+        for p in pa.iter().chain(pa.iter()) {
+            t.deliver_b(p);
+        }
+        let pb = t.out_b();
+        for p in pb.iter().chain(pb.iter()).chain(pb.iter()) {
+            t.deliver_a(p);
+        }
+        t.tick(1_000);
+    }
+    assert_eq!(t.mb.atomics_executed, 2);
+    let c = t.comps_a();
+    assert_eq!(c.iter().map(|c| c.wr_id).collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(
+        u64::from_ne_bytes(t.mb.region(0x77)[..8].try_into().unwrap()),
+        5
+    );
+    assert_eq!(
+        u64::from_ne_bytes(t.mb.region(0x77)[8..16].try_into().unwrap()),
+        42
+    );
+    assert_eq!(
+        u64::from_ne_bytes(t.ma.local[&1][..8].try_into().unwrap()),
+        0
+    );
+    assert!(t.b.stats().rx_dup >= 2);
+}
+
+#[test]
+fn lost_atomic_response_is_replayed_from_cache() {
+    // Spec: MR-5.6.2 — the response is retransmitted, the atomic is not re-run.
+    let mut t = Pair::new(|_| {});
+    t.a.post_send(SendWr::faa(1, 0x1000, 0x77, 1)).unwrap();
+    let pa = t.out_a();
+    for p in &pa {
+        t.deliver_b(p);
+    }
+    let _dropped = t.out_b(); // ACK + ATOMIC_RESP lost
+    t.run(400);
+    assert_eq!(t.mb.atomics_executed, 1);
+    let c = t.comps_a();
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].status, WcStatus::Success);
+    assert!(t.b.stats().tx_retx >= 1);
+}
+
+#[test]
+fn access_error_naks_and_flushes() {
+    // Spec: MR-7.3.2, MR-7.3.3.
+    let mut t = Pair::new(|_| {});
+    t.ma.set_local(1, vec![1; 100]);
+    t.ma.set_local(2, vec![1; 100]);
+    t.ma.set_local(3, vec![1; 100]);
+    t.a.post_send(SendWr::write(1, 100, 0x1000, 0x77)).unwrap();
+    t.a.post_send(SendWr::write(2, 100, 0x1000, 0xbad)).unwrap();
+    t.a.post_send(SendWr::write(3, 100, 0x1000, 0x77)).unwrap();
+    t.run(5);
+    let c = t.comps_a();
+    let st: Vec<_> = c.iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(
+        st,
+        vec![
+            (1, WcStatus::Success),
+            (2, WcStatus::RemAccessErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+    assert_eq!(t.a.state(), QpState::Error);
+    assert_eq!(t.b.state(), QpState::Error);
+    // Posting to an errored QP completes with flush.
+    t.a.post_send(SendWr::send(4, 0)).unwrap();
+    assert_eq!(t.a.poll_completion().unwrap().status, WcStatus::WrFlushErr);
+}
+
+#[test]
+fn out_of_bounds_and_misaligned_requests() {
+    let mut t = Pair::new(|_| {});
+    t.ma.set_local(1, vec![1; 100]);
+    t.a.post_send(SendWr::write(1, 100, u64::MAX - 10, 0x77))
+        .unwrap();
+    t.run(5);
+    assert_eq!(t.comps_a()[0].status, WcStatus::RemAccessErr);
+    let mut t = Pair::new(|_| {});
+    assert_eq!(
+        t.a.post_send(SendWr::faa(1, 0x1001, 0x77, 1)),
+        Err(PostError::Invalid)
+    );
+}
+
+#[test]
+fn receive_length_error() {
+    let mut t = Pair::new(|_| {});
+    t.ma.set_local(1, vec![1; 100]);
+    t.mb.set_recv(9, 10);
+    t.b.post_recv(RecvWr { wr_id: 9, len: 10 }).unwrap();
+    t.a.post_send(SendWr::send(1, 100)).unwrap();
+    t.run(5);
+    assert_eq!(t.comps_a()[0].status, WcStatus::RemInvReqErr);
+    assert_eq!(t.comps_b()[0].status, WcStatus::LocLenErr);
+}
+
+#[test]
+fn rnr_then_success() {
+    // Spec: MR-4.2.4, MR-4.2.5.
+    let mut t = Pair::new(|_| {});
+    t.ma.set_local(1, b"late".to_vec());
+    t.a.post_send(SendWr::send(1, 4)).unwrap();
+    t.run(3);
+    assert!(t.b.stats().rnr_naks >= 1);
+    assert!(t.comps_a().is_empty());
+    t.mb.set_recv(9, 16);
+    t.b.post_recv(RecvWr { wr_id: 9, len: 16 }).unwrap();
+    t.run(200);
+    assert_eq!(t.comps_a()[0].status, WcStatus::Success);
+    assert_eq!(&t.mb.recv[&9][..4], b"late");
+}
+
+#[test]
+fn rnr_retry_exceeded() {
+    let mut t = Pair::new(|c| c.rnr_retry = 2);
+    t.ma.set_local(1, b"x".to_vec());
+    t.a.post_send(SendWr::send(1, 1)).unwrap();
+    t.run(2_000);
+    let c = t.comps_a();
+    assert_eq!(c[0].status, WcStatus::RnrRetryExcErr);
+}
+
+#[test]
+fn retry_exceeded_when_peer_is_gone() {
+    // Spec: MR-5.5.3.
+    let mut t = Pair::new(|c| c.retry_cnt = 3);
+    t.ma.set_local(1, vec![0; 10]);
+    t.a.post_send(SendWr::write(1, 10, 0x1000, 0x77)).unwrap();
+    t.a.post_send(SendWr::write(2, 0, 0x1000, 0x77)).unwrap();
+    for _ in 0..100_000 {
+        let _ = t.out_a();
+        let Some(d) = t.a.poll_timeout() else { break };
+        t.now = d.as_nanos().max(t.now);
+        t.a.handle_timeout(Instant(t.now));
+    }
+    let c = t.comps_a();
+    assert_eq!(
+        c.iter().map(|c| c.status).collect::<Vec<_>>(),
+        vec![WcStatus::RetryExcErr, WcStatus::WrFlushErr]
+    );
+    assert!(t.a.stats().rto >= 3);
+}
+
+#[test]
+fn fence_waits_for_reads() {
+    // Spec: MR-4.4.3.
+    let mut t = Pair::new(|_| {});
+    t.a.post_send(SendWr::read(1, 64, 0x1000, 0x77)).unwrap();
+    t.ma.set_local(2, vec![3; 8]);
+    t.a.post_send(SendWr::write(2, 8, 0x1000, 0x77).with_flags(WR_SIGNALED | WR_FENCE))
+        .unwrap();
+    let first = t.out_a();
+    assert_eq!(
+        first.iter().filter(|p| is_data(p)).count(),
+        1,
+        "fenced write must wait"
+    );
+    for p in &first {
+        t.deliver_b(p);
+    }
+    t.run(5);
+    let c = t.comps_a();
+    assert_eq!(c.iter().map(|c| c.wr_id).collect::<Vec<_>>(), vec![1, 2]);
+    assert!(
+        t.ma.local[&1].iter().all(|b| *b == 0),
+        "read saw memory before the fenced write"
+    );
+}
+
+#[test]
+fn read_observes_earlier_write() {
+    // Spec: MR-4.4.1 — reads execute at their turn in message order.
+    let mut t = Pair::new(|c| c.mtu = 1024);
+    t.ma.set_local(1, vec![5; 2000]);
+    t.a.post_send(SendWr::write(1, 2000, 0x1000, 0x77)).unwrap();
+    t.a.post_send(SendWr::read(2, 2000, 0x1000, 0x77)).unwrap();
+    let pkts: Vec<_> = t.out_a().into_iter().filter(is_data).collect();
+    assert_eq!(pkts.len(), 3);
+    t.deliver_b(&pkts[2]);
+    t.deliver_b(&pkts[1]);
+    t.deliver_b(&pkts[0]);
+    t.run(5);
+    assert_eq!(t.ma.local[&2], vec![5; 2000]);
+}
+
+#[test]
+fn send_with_invalidate_and_solicited() {
+    let mut t = Pair::new(|_| {});
+    t.ma.set_local(1, vec![1; 4]);
+    t.mb.set_recv(9, 16);
+    t.b.post_recv(RecvWr { wr_id: 9, len: 16 }).unwrap();
+    let mut wr = SendWr::send(1, 4);
+    wr.opcode = WrOpcode::SendInv;
+    wr.imm = 0x1234;
+    wr.flags |= WR_SOLICITED;
+    t.a.post_send(wr).unwrap();
+    t.run(4);
+    let c = t.comps_b();
+    assert_eq!(
+        (c[0].invalidated_rkey, c[0].solicited),
+        (Some(0x1234), true)
+    );
+    assert_eq!(t.mb.invalidated, vec![0x1234]);
+}
+
+#[test]
+fn set_error_flushes_receives() {
+    let mut t = Pair::new(|_| {});
+    t.b.post_recv(RecvWr { wr_id: 1, len: 4 }).unwrap();
+    t.b.post_recv(RecvWr { wr_id: 2, len: 4 }).unwrap();
+    t.b.set_error();
+    let c = t.comps_b();
+    assert_eq!(
+        c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        vec![(1, WcStatus::WrFlushErr), (2, WcStatus::WrFlushErr)]
+    );
+}
+
+#[test]
+fn foreign_qpn_and_bad_path_are_ignored() {
+    let mut t = Pair::new(|_| {});
+    t.ma.set_local(1, vec![1; 4]);
+    t.a.post_send(SendWr::write(1, 4, 0x1000, 0x77)).unwrap();
+    let p = t.out_a();
+    let mut wrong = p[0].1.clone();
+    wrong[7] ^= 1; // destination QPN
+    t.b.handle_datagram(Instant(t.now), 1, false, &wrong, &mut t.mb);
+    let mut badpath = p[0].1.clone();
+    badpath[3] = 9; // path 9 >= num_paths
+    t.b.handle_datagram(Instant(t.now), 1, false, &badpath, &mut t.mb);
+    assert_eq!(t.b.stats().rx_invalid, 2);
+    assert_eq!(t.mb.writes, 0);
+}
+
+#[test]
+fn sprays_over_all_paths_with_distinct_ports() {
+    // Spec: MR-6.1.1, MR-6.2.2.
+    let mut t = Pair::new(|c| c.mtu = 1024);
+    t.ma.set_local(1, vec![1; 16 * 1024]);
+    t.a.post_send(SendWr::write(1, 16 * 1024, 0x1000, 0x77))
+        .unwrap();
+    let p = t.out_a();
+    let mut ports: Vec<u16> = p.iter().map(|p| p.0).collect();
+    ports.sort();
+    ports.dedup();
+    assert_eq!(ports.len(), 4);
+    assert!(ports.iter().all(|p| *p >= 0xC000 && *p != 4791));
+    assert_eq!(UDP_PORT, 4792);
+}
