@@ -124,7 +124,7 @@ impl Config {
             src_port_base: 0xC000,
             retry_cnt: 7,
             rnr_retry: 7,
-            min_rnr_timer: 12,
+            min_rnr_timer: 40,
             ack_every: 4,
             ack_delay: Duration::from_micros(2),
             initial_rtt: Duration::from_micros(10),
@@ -1331,9 +1331,9 @@ impl Connection {
         }
         match syn {
             Syndrome::Ack => {}
-            Syndrome::NakSequence => {
-                // Go-back-N (comparison mode): resend everything from the hole.
-                // O(window), once per NAK.
+            Syndrome::NakSequence if self.cfg.recovery == Recovery::GoBackN => {
+                // Go-back-N (comparison profile only; MR-3.5.5): resend
+                // everything from the hole. O(window), once per NAK.
                 let mut t = a.nak_tsn;
                 while seq_lt(t, self.snd_nxt) {
                     if !seq_lt(t, self.snd_una) {
@@ -1342,6 +1342,7 @@ impl Connection {
                     t = t.wrapping_add(1);
                 }
             }
+            Syndrome::NakSequence => {}
             Syndrome::NakRnr => {
                 // Spec: MR-4.2.5 — wait the RNR timer, then resend the message.
                 if now >= self.rnr_until {
