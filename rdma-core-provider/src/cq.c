@@ -1,0 +1,311 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * MetaRoCE provider: completion queues.
+ *
+ * v1 polls through the kernel (ibv_cmd_poll_cq). The extended CQ API
+ * (ibv_create_cq_ex, ibv_start_poll/ibv_next_poll/ibv_wc_read_*) is
+ * emulated on top of the same poll path: start_poll fetches a small batch
+ * of completions, next_poll walks it, and the readers return fields of the
+ * current one. Completions left over at end_poll stay buffered and are
+ * returned first by the next start_poll or ibv_poll_cq.
+ */
+#include <endian.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metaroce.h"
+
+/* ---- command path ---- */
+
+static int cmd_poll(struct metaroce_cq *cq, int ne, struct ibv_wc *wc)
+{
+	return ibv_cmd_poll_cq(&cq->vcq.cq, ne, wc);
+}
+
+static int cmd_req_notify(struct metaroce_cq *cq, int solicited_only)
+{
+	return ibv_cmd_req_notify_cq(&cq->vcq.cq, solicited_only);
+}
+
+const struct metaroce_cq_path metaroce_cq_cmd_path = {
+	.name = "cmd",
+	.poll = cmd_poll,
+	.req_notify = cmd_req_notify,
+};
+
+/* ---- verbs entry points ---- */
+
+static struct metaroce_cq *cq_alloc(void)
+{
+	struct metaroce_cq *cq = calloc(1, sizeof(*cq));
+
+	if (!cq) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	pthread_mutex_init(&cq->lock, NULL);
+	cq->path = &metaroce_cq_cmd_path;
+	return cq;
+}
+
+static void cq_free(struct metaroce_cq *cq)
+{
+	pthread_mutex_destroy(&cq->lock);
+	free(cq);
+}
+
+struct ibv_cq *metaroce_create_cq(struct ibv_context *ctx, int cqe,
+				  struct ibv_comp_channel *channel,
+				  int comp_vector)
+{
+	struct ibv_create_cq cmd = {};
+	struct ib_uverbs_create_cq_resp resp = {};
+	struct metaroce_cq *cq;
+	int ret;
+
+	cq = cq_alloc();
+	if (!cq)
+		return NULL;
+	ret = ibv_cmd_create_cq(ctx, cqe, channel, comp_vector, &cq->vcq.cq,
+				&cmd, sizeof(cmd), &resp, sizeof(resp));
+	if (ret) {
+		cq_free(cq);
+		errno = ret;
+		return NULL;
+	}
+	return &cq->vcq.cq;
+}
+
+/* Take completions from the buffer; caller holds cq->lock. */
+static int cq_take_buffered(struct metaroce_cq *cq, int ne, struct ibv_wc *wc)
+{
+	int n = ne < cq->count ? ne : cq->count;
+
+	memcpy(wc, &cq->wc[cq->head], n * sizeof(*wc));
+	cq->head += n;
+	cq->count -= n;
+	return n;
+}
+
+int metaroce_poll_cq(struct ibv_cq *ibcq, int ne, struct ibv_wc *wc)
+{
+	struct metaroce_cq *cq = to_mcq(ibcq);
+	int got, ret;
+
+	if (!cq->is_ex)
+		return cq->path->poll(cq, ne, wc);
+
+	/* An extended CQ may hold completions fetched by start_poll. */
+	pthread_mutex_lock(&cq->lock);
+	got = cq_take_buffered(cq, ne, wc);
+	pthread_mutex_unlock(&cq->lock);
+	if (got == ne)
+		return got;
+	ret = cq->path->poll(cq, ne - got, wc + got);
+	if (ret < 0)
+		return got ? got : ret;
+	return got + ret;
+}
+
+int metaroce_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
+{
+	struct metaroce_cq *cq = to_mcq(ibcq);
+
+	return cq->path->req_notify(cq, solicited_only);
+}
+
+int metaroce_resize_cq(struct ibv_cq *ibcq, int cqe)
+{
+	struct ibv_resize_cq cmd = {};
+	struct ib_uverbs_resize_cq_resp resp = {};
+
+	return ibv_cmd_resize_cq(ibcq, cqe, &cmd, sizeof(cmd), &resp,
+				 sizeof(resp));
+}
+
+int metaroce_destroy_cq(struct ibv_cq *ibcq)
+{
+	struct metaroce_cq *cq = to_mcq(ibcq);
+	int ret;
+
+	ret = ibv_cmd_destroy_cq(ibcq);
+	if (ret)
+		return ret;
+	cq_free(cq);
+	return 0;
+}
+
+/* ---- extended CQ polling, emulated over the poll path ---- */
+
+static void cq_ex_set_current(struct metaroce_cq *cq)
+{
+	cq->cur = &cq->wc[cq->head];
+	cq->head++;
+	cq->count--;
+	cq->vcq.cq_ex.status = cq->cur->status;
+	cq->vcq.cq_ex.wr_id = cq->cur->wr_id;
+}
+
+/* Make at least one completion available; caller holds cq->lock. */
+static int cq_ex_fill(struct metaroce_cq *cq)
+{
+	int n;
+
+	if (cq->count)
+		return 0;
+	n = cq->path->poll(cq, METAROCE_CQ_BATCH, cq->wc);
+	if (n < 0)
+		return errno ? errno : EIO;
+	cq->head = 0;
+	cq->count = n;
+	return n ? 0 : ENOENT;
+}
+
+static int cq_ex_start_poll(struct ibv_cq_ex *ibcq,
+			    struct ibv_poll_cq_attr *attr)
+{
+	struct metaroce_cq *cq = cq_ex_to_mcq(ibcq);
+	int ret;
+
+	if (attr->comp_mask)
+		return EINVAL;
+	pthread_mutex_lock(&cq->lock);
+	ret = cq_ex_fill(cq);
+	if (ret) {
+		/* The caller does not call end_poll after a failed start. */
+		pthread_mutex_unlock(&cq->lock);
+		return ret;
+	}
+	cq->in_poll = true;
+	cq_ex_set_current(cq);
+	return 0;
+}
+
+static int cq_ex_next_poll(struct ibv_cq_ex *ibcq)
+{
+	struct metaroce_cq *cq = cq_ex_to_mcq(ibcq);
+	int ret;
+
+	ret = cq_ex_fill(cq);
+	if (ret)
+		return ret;
+	cq_ex_set_current(cq);
+	return 0;
+}
+
+static void cq_ex_end_poll(struct ibv_cq_ex *ibcq)
+{
+	struct metaroce_cq *cq = cq_ex_to_mcq(ibcq);
+
+	cq->cur = NULL;
+	cq->in_poll = false;
+	pthread_mutex_unlock(&cq->lock);
+}
+
+static enum ibv_wc_opcode cq_ex_read_opcode(struct ibv_cq_ex *ibcq)
+{
+	return cq_ex_to_mcq(ibcq)->cur->opcode;
+}
+
+static uint32_t cq_ex_read_vendor_err(struct ibv_cq_ex *ibcq)
+{
+	return cq_ex_to_mcq(ibcq)->cur->vendor_err;
+}
+
+static uint32_t cq_ex_read_byte_len(struct ibv_cq_ex *ibcq)
+{
+	return cq_ex_to_mcq(ibcq)->cur->byte_len;
+}
+
+static __be32 cq_ex_read_imm_data(struct ibv_cq_ex *ibcq)
+{
+	struct ibv_wc *wc = cq_ex_to_mcq(ibcq)->cur;
+
+	/* ibv_wc_read_invalidated_rkey() reads this field too, byte-swapped. */
+	if (wc->wc_flags & IBV_WC_WITH_INV)
+		return htobe32(wc->invalidated_rkey);
+	return wc->imm_data;
+}
+
+static uint32_t cq_ex_read_qp_num(struct ibv_cq_ex *ibcq)
+{
+	return cq_ex_to_mcq(ibcq)->cur->qp_num;
+}
+
+static uint32_t cq_ex_read_src_qp(struct ibv_cq_ex *ibcq)
+{
+	return cq_ex_to_mcq(ibcq)->cur->src_qp;
+}
+
+static unsigned int cq_ex_read_wc_flags(struct ibv_cq_ex *ibcq)
+{
+	return cq_ex_to_mcq(ibcq)->cur->wc_flags;
+}
+
+static uint32_t cq_ex_read_slid(struct ibv_cq_ex *ibcq)
+{
+	return cq_ex_to_mcq(ibcq)->cur->slid;
+}
+
+static uint8_t cq_ex_read_sl(struct ibv_cq_ex *ibcq)
+{
+	return cq_ex_to_mcq(ibcq)->cur->sl;
+}
+
+static uint8_t cq_ex_read_dlid_path_bits(struct ibv_cq_ex *ibcq)
+{
+	return cq_ex_to_mcq(ibcq)->cur->dlid_path_bits;
+}
+
+struct ibv_cq_ex *metaroce_create_cq_ex(struct ibv_context *ctx,
+					struct ibv_cq_init_attr_ex *attr)
+{
+	struct ibv_create_cq_ex cmd = {};
+	struct ib_uverbs_ex_create_cq_resp resp = {};
+	struct metaroce_cq *cq;
+	struct ibv_cq_ex *cqx;
+	int ret;
+
+	/* Only what struct ibv_wc carries can be read back. */
+	if (attr->wc_flags & ~(uint64_t)IBV_WC_STANDARD_FLAGS ||
+	    attr->comp_mask & ~(uint32_t)IBV_CQ_INIT_ATTR_MASK_FLAGS) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+
+	cq = cq_alloc();
+	if (!cq)
+		return NULL;
+	ret = ibv_cmd_create_cq_ex(ctx, attr, NULL, &cq->vcq, &cmd, sizeof(cmd),
+				   &resp, sizeof(resp), 0);
+	if (ret) {
+		cq_free(cq);
+		errno = ret;
+		return NULL;
+	}
+
+	cq->is_ex = true;
+	cqx = &cq->vcq.cq_ex;
+	cqx->start_poll = cq_ex_start_poll;
+	cqx->next_poll = cq_ex_next_poll;
+	cqx->end_poll = cq_ex_end_poll;
+	cqx->read_opcode = cq_ex_read_opcode;
+	cqx->read_vendor_err = cq_ex_read_vendor_err;
+	cqx->read_wc_flags = cq_ex_read_wc_flags;
+	if (attr->wc_flags & IBV_WC_EX_WITH_BYTE_LEN)
+		cqx->read_byte_len = cq_ex_read_byte_len;
+	if (attr->wc_flags & IBV_WC_EX_WITH_IMM)
+		cqx->read_imm_data = cq_ex_read_imm_data;
+	if (attr->wc_flags & IBV_WC_EX_WITH_QP_NUM)
+		cqx->read_qp_num = cq_ex_read_qp_num;
+	if (attr->wc_flags & IBV_WC_EX_WITH_SRC_QP)
+		cqx->read_src_qp = cq_ex_read_src_qp;
+	if (attr->wc_flags & IBV_WC_EX_WITH_SLID)
+		cqx->read_slid = cq_ex_read_slid;
+	if (attr->wc_flags & IBV_WC_EX_WITH_SL)
+		cqx->read_sl = cq_ex_read_sl;
+	if (attr->wc_flags & IBV_WC_EX_WITH_DLID_PATH_BITS)
+		cqx->read_dlid_path_bits = cq_ex_read_dlid_path_bits;
+	return cqx;
+}

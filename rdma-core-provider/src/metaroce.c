@@ -1,0 +1,303 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * MetaRoCE provider: device matching, context, and the verbs that have no
+ * data path (query, PD, MR, AH, multicast). See metaroce.h for the design.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "metaroce.h"
+
+static int metaroce_query_device(struct ibv_context *ctx,
+				 const struct ibv_query_device_ex_input *input,
+				 struct ibv_device_attr_ex *attr,
+				 size_t attr_size)
+{
+	struct ib_uverbs_ex_query_device_resp resp;
+	size_t resp_size = sizeof(resp);
+	uint64_t fw;
+	int ret;
+
+	ret = ibv_cmd_query_device_any(ctx, input, attr, attr_size, &resp,
+				       &resp_size);
+	if (ret)
+		return ret;
+
+	/* The kernel reports fw_ver as a number; show it as major.minor.sub. */
+	fw = resp.base.fw_ver;
+	snprintf(attr->orig_attr.fw_ver, sizeof(attr->orig_attr.fw_ver),
+		 "%u.%u.%u", (unsigned int)(fw >> 32) & 0xffff,
+		 (unsigned int)(fw >> 16) & 0xffff, (unsigned int)fw & 0xffff);
+	return 0;
+}
+
+static int metaroce_query_port(struct ibv_context *ctx, uint8_t port,
+			       struct ibv_port_attr *attr)
+{
+	struct ibv_query_port cmd = {};
+
+	return ibv_cmd_query_port(ctx, port, attr, &cmd, sizeof(cmd));
+}
+
+static struct ibv_pd *metaroce_alloc_pd(struct ibv_context *ctx)
+{
+	struct ibv_alloc_pd cmd = {};
+	struct ib_uverbs_alloc_pd_resp resp = {};
+	struct ibv_pd *pd;
+	int ret;
+
+	pd = calloc(1, sizeof(*pd));
+	if (!pd) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ret = ibv_cmd_alloc_pd(ctx, pd, &cmd, sizeof(cmd), &resp, sizeof(resp));
+	if (ret) {
+		free(pd);
+		errno = ret;
+		return NULL;
+	}
+	return pd;
+}
+
+static int metaroce_dealloc_pd(struct ibv_pd *pd)
+{
+	int ret = ibv_cmd_dealloc_pd(pd);
+
+	if (ret)
+		return ret;
+	free(pd);
+	return 0;
+}
+
+static struct ibv_mr *metaroce_reg_mr(struct ibv_pd *pd, void *addr,
+				      size_t length, uint64_t hca_va,
+				      int access)
+{
+	struct ibv_reg_mr cmd = {};
+	struct ib_uverbs_reg_mr_resp resp = {};
+	struct verbs_mr *vmr;
+	int ret;
+
+	vmr = calloc(1, sizeof(*vmr));
+	if (!vmr) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ret = ibv_cmd_reg_mr(pd, addr, length, hca_va, access, vmr, &cmd,
+			     sizeof(cmd), &resp, sizeof(resp));
+	if (ret) {
+		free(vmr);
+		errno = ret;
+		return NULL;
+	}
+	return &vmr->ibv_mr;
+}
+
+static struct ibv_mr *metaroce_reg_dmabuf_mr(struct ibv_pd *pd,
+					     uint64_t offset, size_t length,
+					     uint64_t iova, int fd, int access)
+{
+	struct verbs_mr *vmr;
+	int ret;
+
+	vmr = calloc(1, sizeof(*vmr));
+	if (!vmr) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ret = ibv_cmd_reg_dmabuf_mr(pd, offset, length, iova, fd, access, vmr,
+				    NULL);
+	if (ret) {
+		free(vmr);
+		errno = ret;
+		return NULL;
+	}
+	return &vmr->ibv_mr;
+}
+
+static int metaroce_rereg_mr(struct verbs_mr *vmr, int flags,
+			     struct ibv_pd *pd, void *addr, size_t length,
+			     int access)
+{
+	struct ibv_rereg_mr cmd = {};
+	struct ib_uverbs_rereg_mr_resp resp = {};
+
+	return ibv_cmd_rereg_mr(vmr, flags, addr, length, (uintptr_t)addr,
+				access, pd, &cmd, sizeof(cmd), &resp,
+				sizeof(resp));
+}
+
+static int metaroce_dereg_mr(struct verbs_mr *vmr)
+{
+	int ret = ibv_cmd_dereg_mr(vmr);
+
+	if (ret)
+		return ret;
+	free(vmr);
+	return 0;
+}
+
+/*
+ * Address handles are resolved by the kernel (for RoCE it looks up the
+ * destination MAC itself), so the provider only passes the attributes on.
+ */
+static struct ibv_ah *metaroce_create_ah(struct ibv_pd *pd,
+					 struct ibv_ah_attr *attr)
+{
+	struct ib_uverbs_create_ah_resp resp = {};
+	struct metaroce_ah *ah;
+	int ret;
+
+	ah = calloc(1, sizeof(*ah));
+	if (!ah) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ret = ibv_cmd_create_ah(pd, &ah->ibv_ah, attr, &resp, sizeof(resp));
+	if (ret) {
+		free(ah);
+		errno = ret;
+		return NULL;
+	}
+	return &ah->ibv_ah;
+}
+
+static int metaroce_destroy_ah(struct ibv_ah *ibah)
+{
+	int ret = ibv_cmd_destroy_ah(ibah);
+
+	if (ret)
+		return ret;
+	free(to_mah(ibah));
+	return 0;
+}
+
+static int metaroce_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid,
+				 uint16_t lid)
+{
+	return ibv_cmd_attach_mcast(qp, gid, lid);
+}
+
+static int metaroce_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid,
+				 uint16_t lid)
+{
+	return ibv_cmd_detach_mcast(qp, gid, lid);
+}
+
+static void metaroce_free_context(struct ibv_context *ibctx);
+
+/*
+ * Every op not listed here keeps libibverbs' default, which fails with
+ * EOPNOTSUPP (memory windows, XRC, WQs/RSS, flows, counters, DM, TD/parent
+ * domains, ECE, ...).
+ */
+static const struct verbs_context_ops metaroce_ctx_ops = {
+	.alloc_pd = metaroce_alloc_pd,
+	.attach_mcast = metaroce_attach_mcast,
+	.create_ah = metaroce_create_ah,
+	.create_cq = metaroce_create_cq,
+	.create_cq_ex = metaroce_create_cq_ex,
+	.create_qp = metaroce_create_qp,
+	.create_qp_ex = metaroce_create_qp_ex,
+	.create_srq = metaroce_create_srq,
+	.dealloc_pd = metaroce_dealloc_pd,
+	.dereg_mr = metaroce_dereg_mr,
+	.destroy_ah = metaroce_destroy_ah,
+	.destroy_cq = metaroce_destroy_cq,
+	.destroy_qp = metaroce_destroy_qp,
+	.destroy_srq = metaroce_destroy_srq,
+	.detach_mcast = metaroce_detach_mcast,
+	.free_context = metaroce_free_context,
+	.modify_qp = metaroce_modify_qp,
+	.modify_srq = metaroce_modify_srq,
+	.poll_cq = metaroce_poll_cq,
+	.post_recv = metaroce_post_recv,
+	.post_send = metaroce_post_send,
+	.post_srq_recv = metaroce_post_srq_recv,
+	.query_device_ex = metaroce_query_device,
+	.query_port = metaroce_query_port,
+	.query_qp = metaroce_query_qp,
+	.query_srq = metaroce_query_srq,
+	.reg_dmabuf_mr = metaroce_reg_dmabuf_mr,
+	.reg_mr = metaroce_reg_mr,
+	.req_notify_cq = metaroce_req_notify_cq,
+	.rereg_mr = metaroce_rereg_mr,
+	.resize_cq = metaroce_resize_cq,
+};
+
+static struct verbs_context *metaroce_alloc_context(struct ibv_device *ibdev,
+						    int cmd_fd,
+						    void *private_data)
+{
+	struct metaroce_context *ctx;
+	struct ibv_get_context cmd = {};
+	struct ib_uverbs_get_context_resp resp = {};
+
+	ctx = verbs_init_and_alloc_context(ibdev, cmd_fd, ctx, ibv_ctx,
+					   RDMA_DRIVER_UNKNOWN);
+	if (!ctx)
+		return NULL;
+
+	if (ibv_cmd_get_context(&ctx->ibv_ctx, &cmd, sizeof(cmd), NULL, &resp,
+				sizeof(resp)))
+		goto err;
+
+	verbs_set_ops(&ctx->ibv_ctx, &metaroce_ctx_ops);
+	return &ctx->ibv_ctx;
+
+err:
+	verbs_uninit_context(&ctx->ibv_ctx);
+	free(ctx);
+	return NULL;
+}
+
+static void metaroce_free_context(struct ibv_context *ibctx)
+{
+	struct metaroce_context *ctx = to_mctx(ibctx);
+
+	verbs_uninit_context(&ctx->ibv_ctx);
+	free(ctx);
+}
+
+static struct verbs_device *
+metaroce_alloc_device(struct verbs_sysfs_dev *sysfs_dev)
+{
+	struct metaroce_device *dev;
+
+	dev = calloc(1, sizeof(*dev));
+	if (!dev)
+		return NULL;
+	return &dev->ibv_dev;
+}
+
+static void metaroce_uninit_device(struct verbs_device *vdev)
+{
+	free(container_of(vdev, struct metaroce_device, ibv_dev));
+}
+
+/*
+ * An out-of-tree kernel module has no rdma_driver_id, so the kernel reports
+ * RDMA_DRIVER_UNKNOWN and matching by driver id is impossible. Every
+ * MetaRoCE ib_device is parented by the platform device "rdma_metaroce",
+ * so <ibdev>/device/modalias reads "platform:rdma_metaroce" whatever name
+ * the user gave the device.
+ */
+static const struct verbs_match_ent metaroce_match_table[] = {
+	VERBS_MODALIAS_MATCH("platform:rdma_metaroce", NULL),
+	{},
+};
+
+static const struct verbs_device_ops metaroce_dev_ops = {
+	.name = "metaroce",
+	.match_min_abi_version = METAROCE_UVERBS_ABI_VERSION,
+	.match_max_abi_version = METAROCE_UVERBS_ABI_VERSION,
+	.match_table = metaroce_match_table,
+	.alloc_device = metaroce_alloc_device,
+	.uninit_device = metaroce_uninit_device,
+	.alloc_context = metaroce_alloc_context,
+};
+
+PROVIDER_DRIVER(metaroce, metaroce_dev_ops);

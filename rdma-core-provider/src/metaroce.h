@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * MetaRoCE userspace verbs provider for rdma-core (private provider ABI 65).
+ *
+ * Version 1 is "command based": every verb is a uverbs command to the kernel
+ * module, with no driver-specific request or response data. Objects that
+ * will later get a userspace fast path (CQ polling, QP/SRQ posting) reach
+ * their data path through a small per-object ops table, chosen when the
+ * object is created, so that a mapped-ring implementation can replace the
+ * command path one object at a time without touching the verbs glue.
+ */
+#ifndef METAROCE_PROVIDER_H
+#define METAROCE_PROVIDER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <infiniband/driver.h>
+#include <infiniband/verbs.h>
+
+/* The uverbs ABI version the kernel module reports (abi_version in sysfs). */
+#define METAROCE_UVERBS_ABI_VERSION 1
+
+struct metaroce_device {
+	struct verbs_device ibv_dev;
+};
+
+struct metaroce_context {
+	struct verbs_context ibv_ctx;
+};
+
+struct metaroce_cq;
+struct metaroce_qp;
+struct metaroce_srq;
+
+/* Data path of one CQ. v1: metaroce_cq_cmd_path (ibv_cmd_poll_cq, ...). */
+struct metaroce_cq_path {
+	const char *name;
+	/* Fill up to ne completions; returns their number or -errno. */
+	int (*poll)(struct metaroce_cq *cq, int ne, struct ibv_wc *wc);
+	int (*req_notify)(struct metaroce_cq *cq, int solicited_only);
+};
+
+/* Data path of one QP. v1: metaroce_qp_cmd_path (ibv_cmd_post_*). */
+struct metaroce_qp_path {
+	const char *name;
+	int (*post_send)(struct metaroce_qp *qp, struct ibv_send_wr *wr,
+			 struct ibv_send_wr **bad_wr);
+	int (*post_recv)(struct metaroce_qp *qp, struct ibv_recv_wr *wr,
+			 struct ibv_recv_wr **bad_wr);
+};
+
+/* Data path of one SRQ. v1: metaroce_srq_cmd_path (ibv_cmd_post_srq_recv). */
+struct metaroce_srq_path {
+	const char *name;
+	int (*post_recv)(struct metaroce_srq *srq, struct ibv_recv_wr *wr,
+			 struct ibv_recv_wr **bad_wr);
+};
+
+/*
+ * Completions taken from the kernel but not yet handed to the application.
+ * Used by the extended CQ (ibv_cq_ex) polling API, which is emulated on top
+ * of the CQ's poll path: start_poll/next_poll walk this buffer.
+ */
+#define METAROCE_CQ_BATCH 16
+
+struct metaroce_cq {
+	struct verbs_cq vcq;
+	const struct metaroce_cq_path *path;
+	pthread_mutex_t lock;		/* guards the buffer below */
+	bool is_ex;			/* created with ibv_create_cq_ex */
+	bool in_poll;			/* between start_poll and end_poll */
+	int head, count;		/* buffered completions wc[head..head+count) */
+	struct ibv_wc *cur;		/* the one start/next_poll returned */
+	struct ibv_wc wc[METAROCE_CQ_BATCH];
+};
+
+/* One work request built with the ibv_wr_* API, kept until wr_complete. */
+struct metaroce_pending_wr {
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;		/* storage for a single SGE */
+	struct ibv_sge *sgl;		/* or a copied list / inline copies */
+	void *inline_buf;		/* copied inline data */
+};
+
+/* State of the emulated ibv_qp_ex work-request API of one QP. */
+struct metaroce_wr_batch {
+	struct metaroce_pending_wr *wrs;
+	unsigned int nr, cap;
+	int err;			/* first error, reported by wr_complete */
+};
+
+struct metaroce_qp {
+	struct verbs_qp vqp;
+	const struct metaroce_qp_path *path;
+	struct metaroce_wr_batch batch;
+};
+
+struct metaroce_srq {
+	struct verbs_srq vsrq;
+	const struct metaroce_srq_path *path;
+};
+
+struct metaroce_ah {
+	struct ibv_ah ibv_ah;
+};
+
+static inline struct metaroce_context *to_mctx(struct ibv_context *ctx)
+{
+	return container_of(ctx, struct metaroce_context, ibv_ctx.context);
+}
+
+static inline struct metaroce_cq *to_mcq(struct ibv_cq *cq)
+{
+	return container_of(cq, struct metaroce_cq, vcq.cq);
+}
+
+static inline struct metaroce_cq *cq_ex_to_mcq(struct ibv_cq_ex *cq)
+{
+	return container_of(cq, struct metaroce_cq, vcq.cq_ex);
+}
+
+static inline struct metaroce_qp *to_mqp(struct ibv_qp *qp)
+{
+	return container_of(qp, struct metaroce_qp, vqp.qp);
+}
+
+static inline struct metaroce_qp *qp_ex_to_mqp(struct ibv_qp_ex *qp)
+{
+	return container_of(qp, struct metaroce_qp, vqp.qp_ex);
+}
+
+static inline struct metaroce_srq *to_msrq(struct ibv_srq *srq)
+{
+	return container_of(srq, struct metaroce_srq, vsrq.srq);
+}
+
+static inline struct metaroce_ah *to_mah(struct ibv_ah *ah)
+{
+	return container_of(ah, struct metaroce_ah, ibv_ah);
+}
+
+/* cq.c */
+extern const struct metaroce_cq_path metaroce_cq_cmd_path;
+struct ibv_cq *metaroce_create_cq(struct ibv_context *ctx, int cqe,
+				  struct ibv_comp_channel *channel,
+				  int comp_vector);
+struct ibv_cq_ex *metaroce_create_cq_ex(struct ibv_context *ctx,
+					struct ibv_cq_init_attr_ex *attr);
+int metaroce_poll_cq(struct ibv_cq *cq, int ne, struct ibv_wc *wc);
+int metaroce_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+int metaroce_resize_cq(struct ibv_cq *cq, int cqe);
+int metaroce_destroy_cq(struct ibv_cq *cq);
+
+/* qp.c */
+extern const struct metaroce_qp_path metaroce_qp_cmd_path;
+extern const struct metaroce_srq_path metaroce_srq_cmd_path;
+struct ibv_qp *metaroce_create_qp(struct ibv_pd *pd,
+				  struct ibv_qp_init_attr *attr);
+struct ibv_qp *metaroce_create_qp_ex(struct ibv_context *ctx,
+				     struct ibv_qp_init_attr_ex *attr);
+int metaroce_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr,
+		      int attr_mask, struct ibv_qp_init_attr *init_attr);
+int metaroce_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr,
+		       int attr_mask);
+int metaroce_destroy_qp(struct ibv_qp *qp);
+int metaroce_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
+		       struct ibv_send_wr **bad_wr);
+int metaroce_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
+		       struct ibv_recv_wr **bad_wr);
+struct ibv_srq *metaroce_create_srq(struct ibv_pd *pd,
+				    struct ibv_srq_init_attr *attr);
+int metaroce_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr,
+			int attr_mask);
+int metaroce_query_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr);
+int metaroce_destroy_srq(struct ibv_srq *srq);
+int metaroce_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
+			   struct ibv_recv_wr **bad_wr);
+
+/* wr_api.c: the ibv_qp_ex work-request API on top of a QP's post_send. */
+#define METAROCE_SUP_SEND_OPS_FLAGS                                            \
+	(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |                  \
+	 IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |      \
+	 IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |        \
+	 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV)
+void metaroce_wr_api_init(struct metaroce_qp *qp);
+void metaroce_wr_api_cleanup(struct metaroce_qp *qp);
+
+#endif /* METAROCE_PROVIDER_H */
