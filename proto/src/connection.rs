@@ -49,6 +49,9 @@ pub const TAIL_STASH: usize = 64;
 pub const DUPTHRESH: u32 = 3;
 /// Largest message (2^31 bytes, as in verbs).
 pub const MAX_MSG: u32 = 1 << 31;
+/// Length of a PROBE on the wire: padded to the size of its ACK reply
+/// (MR-9.3.3).
+pub const PROBE_LEN: usize = BaseRepr::LEN + AckRepr::LEN;
 /// Bytes of headers in front of the largest payload.
 pub const MAX_HEADER: usize = BaseRepr::LEN + RequestRepr::LEN + AtomicRepr::LEN;
 
@@ -614,6 +617,80 @@ impl Connection {
         }
     }
 
+    /// Re-initialises this connection in place, as `new(cfg)` would, without
+    /// building a second `Connection` on the stack. Kernel drivers allocate
+    /// the state once on the heap and call this (MR-10.2.2).
+    pub fn reset(&mut self, mut cfg: Config) {
+        cfg.mtu = cfg.mtu.clamp(256, 9000);
+        cfg.num_paths = cfg.num_paths.clamp(1, MAX_PATHS as u8);
+        if cfg.recovery == Recovery::GoBackN {
+            cfg.num_paths = 1;
+        }
+        cfg.ack_every = cfg.ack_every.max(1);
+        let n = cfg.num_paths as u32;
+        let cwnd = (cfg.cc.init_window / n).max(cfg.mtu);
+        let rtt = cfg.initial_rtt.as_nanos().min(u32::MAX as u64) as u32;
+        self.paths.fill(Path::new(cwnd, rtt));
+        for (i, p) in self.paths.iter_mut().enumerate() {
+            // Spec: MR-9.1.1 — path PSNs start at unpredictable values.
+            p.psn_next =
+                cfg.initial_tsn.rotate_left(i as u32 * 4) ^ (i as u32).wrapping_mul(0x2545_F491);
+        }
+        self.cfg = cfg;
+        self.state = QpState::Rts;
+        self.stats = Stats::default();
+        self.sq.fill(SqEntry::EMPTY);
+        self.sq_head = 0;
+        self.sq_send = 0;
+        self.sq_tail = 0;
+        self.msg_una = 0;
+        self.peer_msn = 0;
+        self.next_ssn = 0;
+        self.rd_outstanding = 0;
+        self.pkts.fill(Pkt::EMPTY);
+        self.unacked = Bits256::new();
+        self.snd_una = cfg.initial_tsn;
+        self.snd_nxt = cfg.initial_tsn;
+        self.retx.fill(0);
+        self.retx_head = 0;
+        self.retx_len = 0;
+        self.rr = 0;
+        self.peer_credit = u32::MAX;
+        self.last_ack = 0;
+        self.last_progress = 0;
+        self.rto_backoff = 0;
+        self.retries = 0;
+        self.tlp_pending = false;
+        self.tlp_done = false;
+        self.rnr_until = 0;
+        self.rnr_retries = 0;
+        self.rcv_nxt = cfg.peer_initial_tsn;
+        self.rcv_bits = Bits256::new();
+        self.msgs.fill(MsgSlot::EMPTY);
+        self.msg_cum = 0;
+        self.rq.fill(RecvWr { wr_id: 0, len: 0 });
+        self.rq_head = 0;
+        self.rq_tail = 0;
+        self.jobs.fill(Job::EMPTY);
+        self.job_head = 0;
+        self.job_send = 0;
+        self.job_tail = 0;
+        self.nak = None;
+        self.gbn_nak_at = None;
+        self.credit_hint = 0xFFFF;
+        self.cq.fill(Completion {
+            wr_id: 0,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            byte_len: 0,
+            imm: None,
+            invalidated_rkey: None,
+            solicited: false,
+        });
+        self.cq_head = 0;
+        self.cq_len = 0;
+    }
+
     /// The configuration in force.
     pub fn config(&self) -> &Config {
         &self.cfg
@@ -799,14 +876,14 @@ impl Connection {
         let t = now.as_nanos();
         match pkt.body {
             Body::Ack(a) => self.on_ack(t, p, &a, mem),
-            Body::Probe => {
+            Body::Probe if bytes.len() >= PROBE_LEN => {
                 // Spec: MR-6.4.2 — answer a probe at once on its path.
                 let path = &mut self.paths[p];
                 path.rx_port = src_port;
                 path.probe_reply = true;
                 path.probe_ts = pkt.base.timestamp;
             }
-            Body::Datagram { .. } => self.stats.rx_invalid += 1,
+            Body::Probe | Body::Datagram { .. } => self.stats.rx_invalid += 1,
             Body::Request { .. } | Body::Response { .. } => {
                 self.on_data(t, p, src_port, ce, &pkt, mem)
             }
@@ -1576,7 +1653,7 @@ impl Connection {
             });
             self.rq_head = self.rq_head.wrapping_add(1);
         }
-        self.pkts = [Pkt::EMPTY; WINDOW as usize];
+        self.pkts.fill(Pkt::EMPTY);
         self.unacked = Bits256::new();
         self.snd_una = self.snd_nxt;
         self.retx_len = 0;
@@ -2162,7 +2239,10 @@ impl Connection {
             base: self.base(Opcode::Probe, Flags(0), q, 0, 0, now),
             body: Body::Probe,
         };
-        let len = repr.emit(buf).ok()?;
+        repr.emit(buf).ok()?;
+        // Spec: MR-9.3.3 — pad so the reply is never larger than the probe.
+        let len = PROBE_LEN;
+        buf.get_mut(BaseRepr::LEN..len)?.fill(0);
         self.stats.tx_packets += 1;
         self.stats.tx_probes += 1;
         Some(Transmit {
@@ -2286,5 +2366,29 @@ fn place<R: Responder + LocalMemory>(
             mem.write_recv(s.recv_wr, off, data)
         }
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+
+    /// Spec: MR-10.3 — the documented per-QP state breakdown.
+    #[test]
+    fn state_breakdown() {
+        let rows = [
+            ("Pkt (in-flight meta)", core::mem::size_of::<Pkt>()),
+            ("SqEntry", core::mem::size_of::<SqEntry>()),
+            ("MsgSlot", core::mem::size_of::<MsgSlot>()),
+            ("Path", core::mem::size_of::<Path>()),
+            ("Job", core::mem::size_of::<Job>()),
+            ("Completion", core::mem::size_of::<Completion>()),
+            ("Connection", core::mem::size_of::<Connection>()),
+        ];
+        for (n, s) in rows {
+            println!("{n}: {s}");
+        }
+        assert_eq!(core::mem::size_of::<Pkt>(), 32);
+        assert!(core::mem::size_of::<Connection>() <= 28 * 1024);
     }
 }

@@ -428,3 +428,38 @@ fn sprays_over_all_paths_with_distinct_ports() {
     assert!(ports.iter().all(|p| *p >= 0xC000 && *p != 4791));
     assert_eq!(UDP_PORT, 4792);
 }
+
+#[test]
+fn reset_in_place_reuses_a_connection() {
+    // Spec: MR-10.2.2.
+    let mut t = Pair::new(|_| {});
+    t.ma.set_local(1, vec![4; 100]);
+    t.a.post_send(SendWr::write(1, 100, 0x1000, 0x77)).unwrap();
+    t.b.set_error();
+    t.run(3);
+    assert_eq!(t.a.state(), QpState::Rts);
+    t.a.reset(Config::test_pair(1, 2));
+    t.b.reset(Config::test_pair(2, 1));
+    let _ = t.comps_b();
+    t.a.post_send(SendWr::write(1, 100, 0x1000, 0x77)).unwrap();
+    t.run(3);
+    assert_eq!(t.comps_a().last().unwrap().status, WcStatus::Success);
+    assert_eq!(t.mb.region(0x77)[99], 4);
+}
+
+#[test]
+fn short_probe_is_ignored_padded_probe_answered() {
+    // Spec: MR-9.3.3, MR-6.4.2.
+    let mut t = Pair::new(|_| {});
+    let mut probe = vec![0u8; 88];
+    probe[..20].copy_from_slice(&[
+        0x10, 0x21, 0, 1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9,
+    ]);
+    t.b.handle_datagram(Instant(t.now), 0xC001, false, &probe[..20], &mut t.mb);
+    assert!(t.out_b().is_empty());
+    t.b.handle_datagram(Instant(t.now), 0xC001, false, &probe, &mut t.mb);
+    let r = t.out_b();
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].0, 0xC001, "reply mirrors the probe's source port");
+    assert_eq!(r[0].1.len(), 88);
+}
