@@ -14,6 +14,8 @@
 #      Control: without RDMAV_DRIVERS no stock provider claims mrtest0.
 #   3. Install layout: `make install DESTDIR=...` output, overlaid on the root's
 #      provider directory and /etc/libibverbs.d, is found with no environment.
+#   4. Unit: `make check` (the cq_ex and ibv_wr_* emulation against stubbed
+#      ibv_cmd_* helpers, under ASan/UBSan).
 #
 # Usage: rdma-core-provider/test-load.sh [BUILD_DIR]   (default rdma-core-provider/out;
 #        it is (re)built first with ./build)
@@ -119,3 +121,6 @@ res=$(inroot "${fake[@]}" --unsetenv RDMAV_DRIVERS \
              -- ibv_devices 2>&1 || true)
 grep -qE "^\s*mrtest0\s" <<<"$res" || { printf '%s\n' "$res"; fail "installed provider did not claim mrtest0"; }
 pass "installed layout (/$pdir, /etc/libibverbs.d/metaroce.driver) works without environment"
+
+# ---- 4. unit test of the emulation layers ----
+"$REPO/tools/inroot" make -s -C "$HERE" check O="$OUT" || fail "make check"
