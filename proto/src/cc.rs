@@ -12,7 +12,7 @@
 //!
 //! All arithmetic is integer: fractions are Q16 (65536 = 1.0).
 
-/// Congestion-control parameters (MR-8.6, defaults in the spec table).
+/// Congestion-control parameters (MR-8.6.1, defaults in the spec table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CcConfig {
     /// Initial window of the whole connection in bytes, split over paths.
@@ -85,7 +85,7 @@ impl PathCc {
         }
     }
 
-    /// Applies one ACK (MR-8.2 pseudocode). `min_cwnd` is one MTU.
+    /// Applies one ACK (MR-8.2.1 pseudocode). `min_cwnd` is one MTU.
     pub fn on_ack(&mut self, cfg: &CcConfig, now_ns: u64, s: &AckSignal, min_cwnd: u32) {
         // Spec: MR-8.3.1 — ECN: alpha <- (1-g) alpha + g F.
         if s.rcvd > 0 {

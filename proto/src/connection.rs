@@ -39,7 +39,8 @@ pub const RQ_DEPTH: usize = 64;
 pub const MSG_WINDOW: u32 = 32;
 /// Outstanding RDMA READ + atomic requests per QP (max_rd_atomic, MR-4.4.2).
 pub const MAX_RD_ATOMIC: u32 = 16;
-/// Responder read/atomic response jobs, i.e. the atomic replay cache size.
+/// Responder read/atomic response jobs, i.e. the atomic replay cache size
+/// (MR-5.6.3).
 pub const RESP_JOBS: usize = 32;
 /// Completion queue entries held by a connection.
 pub const CQ_DEPTH: usize = SQ_DEPTH + RQ_DEPTH;
@@ -115,7 +116,7 @@ pub struct Config {
 }
 
 impl Config {
-    /// Defaults (spec MR-8.6 table) for the given QPNs and initial TSNs.
+    /// Defaults (spec MR-8.6.1 table) for the given QPNs and initial TSNs.
     pub fn new(local_qpn: u32, remote_qpn: u32, initial_tsn: u32, peer_initial_tsn: u32) -> Self {
         Config {
             local_qpn: local_qpn & 0x00ff_ffff,
@@ -149,7 +150,7 @@ impl Config {
     }
 }
 
-/// Transport state of the QP (MR-7.2).
+/// Transport state of the QP (MR-7.2.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QpState {
     /// Ready to send (verbs RTS, which includes RTR behaviour).
@@ -475,13 +476,16 @@ struct PendingNak {
     path: u8,
 }
 
+/// Outcome of a received reliable packet. Responses are reliable packets
+/// of the peer's direction (MR-3.4.2).
 enum Verdict {
     Accept,
     Rnr,
     Drop,
 }
 
-/// One RC queue pair's transport state. Fixed size, no heap (MR-10.3).
+/// One RC queue pair's transport state. Fixed size, no heap (MR-10.3.1,
+/// MR-9.4.1); O(1) amortised per packet (MR-10.3.2).
 #[derive(Debug, Clone)]
 pub struct Connection {
     cfg: Config,
@@ -544,6 +548,7 @@ impl Connection {
     /// values are clamped (`mtu` to 256..=9000, `num_paths` to 1..=8;
     /// go-back-N forces one path).
     pub fn new(mut cfg: Config) -> Connection {
+        // Spec: MR-2.6.1 (MTU range), MR-6.1.3 (1..=8 paths).
         cfg.mtu = cfg.mtu.clamp(256, 9000);
         cfg.num_paths = cfg.num_paths.clamp(1, MAX_PATHS as u8);
         if cfg.recovery == Recovery::GoBackN {
@@ -551,6 +556,7 @@ impl Connection {
         }
         cfg.ack_every = cfg.ack_every.max(1);
         let n = cfg.num_paths as u32;
+        // Spec: MR-8.2.2 — initial window split over the paths.
         let cwnd = (cfg.cc.init_window / n).max(cfg.mtu);
         let rtt = cfg.initial_rtt.as_nanos().min(u32::MAX as u64) as u32;
         let mut paths = [Path::new(cwnd, rtt); MAX_PATHS];
@@ -621,6 +627,7 @@ impl Connection {
     /// building a second `Connection` on the stack. Kernel drivers allocate
     /// the state once on the heap and call this (MR-10.2.2).
     pub fn reset(&mut self, mut cfg: Config) {
+        // Spec: MR-2.6.1 (MTU range), MR-6.1.3 (1..=8 paths).
         cfg.mtu = cfg.mtu.clamp(256, 9000);
         cfg.num_paths = cfg.num_paths.clamp(1, MAX_PATHS as u8);
         if cfg.recovery == Recovery::GoBackN {
@@ -628,6 +635,7 @@ impl Connection {
         }
         cfg.ack_every = cfg.ack_every.max(1);
         let n = cfg.num_paths as u32;
+        // Spec: MR-8.2.2 — initial window split over the paths.
         let cwnd = (cfg.cc.init_window / n).max(cfg.mtu);
         let rtt = cfg.initial_rtt.as_nanos().min(u32::MAX as u64) as u32;
         self.paths.fill(Path::new(cwnd, rtt));
@@ -749,6 +757,7 @@ impl Connection {
     // Posting (MR-4.1, MR-7.4)
     // ------------------------------------------------------------------
 
+    /// Spec: MR-4.5.1 — CQ space is reserved when a WR is posted.
     fn cq_room(&self) -> u32 {
         CQ_DEPTH as u32
             - self.cq_len
@@ -758,6 +767,7 @@ impl Connection {
 
     /// Posts a send-queue work request.
     pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
+        // Spec: MR-2.2.3 (message size), MR-4.4.5 (atomic alignment).
         if wr.len > MAX_MSG
             || (wr.opcode.has_response()
                 && wr.opcode != WrOpcode::Read
@@ -856,6 +866,8 @@ impl Connection {
         bytes: &[u8],
         mem: &mut M,
     ) {
+        // Spec: MR-3.1.5, MR-9.4.2 — invalid input is counted and dropped
+        // without any response.
         let pkt = match PacketRepr::parse(bytes) {
             Ok(p) => p,
             Err(_) => {
@@ -905,7 +917,7 @@ impl Connection {
             path.rx_port = src_port;
             path.rx_cnt = path.rx_cnt.saturating_add(1);
             if ce {
-                // Spec: MR-8.3.1 — echo CE promptly.
+                // Spec: MR-2.5.2, MR-8.3.1 — count and echo CE promptly.
                 path.rx_ce = path.rx_ce.saturating_add(1);
                 path.ack_now = true;
             }
@@ -926,7 +938,8 @@ impl Connection {
                 path.ack_now = true;
             }
         }
-        // Spec: MR-5.2.2 — duplicate suppression by TSN.
+        // Spec: MR-5.2.1 (receive record), MR-5.2.2 and MR-4.2.2 — duplicates
+        // are never placed or executed twice.
         let d = base.tsn.wrapping_sub(self.rcv_nxt);
         if d >= 0x8000_0000 || (d < WINDOW && self.rcv_bits.get(base.tsn)) {
             self.stats.rx_dup += 1;
@@ -936,7 +949,7 @@ impl Connection {
             return;
         }
         if d >= WINDOW {
-            // Spec: MR-5.2.4 — beyond the window: drop silently.
+            // Spec: MR-5.2.4, MR-9.4.2 — beyond the window: drop silently.
             self.stats.rx_invalid += 1;
             return;
         }
@@ -981,6 +994,7 @@ impl Connection {
             }
             Verdict::Rnr => {
                 // Spec: MR-4.2.4 — no receive WQE: RNR NAK, packet not acknowledged.
+                // Spec: MR-9.4.3 — at most one NAK pending.
                 if self.nak.is_none() {
                     let msn = match pkt.body {
                         Body::Request { req, .. } => req.msn,
@@ -1081,6 +1095,8 @@ impl Connection {
         } else {
             true
         };
+        // Spec: MR-3.1.3, MR-4.2.1 — each packet is placed on arrival from its
+        // own headers.
         if err == 0 && op.carries_payload() && !payload.is_empty() {
             // Spec: MR-4.3.3 — the final bytes of a message are placed only
             // once the message (and every earlier one) is complete.
@@ -1134,6 +1150,7 @@ impl Connection {
             }
             if err.is_none() {
                 match op {
+                    // Spec: MR-4.4.1 — READs and atomics execute at their delivery turn.
                     Opcode::ReadReq | Opcode::AtomicCas | Opcode::AtomicFaa => {
                         if self.job_tail.wrapping_sub(self.job_head) >= RESP_JOBS as u32 {
                             // Spec: MR-4.4.2 — out of responder resources:
@@ -1365,11 +1382,11 @@ impl Connection {
             self.rto_backoff = 0;
             self.tlp_done = false;
         }
-        // Per-path loss detection (MR-5.3).
+        // Per-path loss detection (MR-5.3.2, MR-5.3.3).
         for q in 0..self.cfg.num_paths as usize {
             self.detect_losses(now, q);
         }
-        // Congestion control (MR-8.2).
+        // Congestion control (MR-8.2.1), per path.
         let total: u32 = self.paths[..self.cfg.num_paths as usize]
             .iter()
             .filter(|x| x.status == PathStatus::Active)
@@ -1583,6 +1600,7 @@ impl Connection {
             if !e.done(self.sq_head, self.peer_msn) {
                 break;
             }
+            // Spec: MR-7.4.2 — unsignaled WRs complete silently on success.
             if e.wr.flags & WR_SIGNALED != 0 {
                 self.push_cq(Completion {
                     wr_id: e.wr.wr_id,
@@ -1674,6 +1692,7 @@ impl Connection {
     // Timers (MR-5.3, MR-5.5, MR-6.4)
     // ------------------------------------------------------------------
 
+    /// Spec: MR-5.5.2.
     fn path_rto(&self, q: usize) -> u64 {
         let p = &self.paths[q];
         let base = (p.srtt as u64 + 4 * p.rttvar as u64)
@@ -1683,6 +1702,7 @@ impl Connection {
         (base << p.backoff.min(10)).min(self.cfg.max_rto.as_nanos())
     }
 
+    /// Spec: MR-5.5.3.
     fn conn_rto(&self) -> u64 {
         let srtt = self.paths[..self.cfg.num_paths as usize]
             .iter()
@@ -1825,7 +1845,7 @@ impl Connection {
         }
     }
 
-    /// Spec: MR-6.3.2 — a path timed out: move its packets elsewhere,
+    /// Spec: MR-5.3.5, MR-6.3.2 — a path timed out: move its packets elsewhere,
     /// collapse its window, stop using it and probe it.
     fn path_timeout(&mut self, now: u64, q: usize) {
         self.stats.path_timeouts += 1;
@@ -1874,7 +1894,8 @@ impl Connection {
     // Output
     // ------------------------------------------------------------------
 
-    /// UDP source port of path `q` (MR-6.1.1): repathing changes it.
+    /// UDP source port of path `q` (MR-6.1.1): repathing changes it; always
+    /// in the dynamic range (MR-2.3.2).
     fn path_port(&self, q: usize) -> u16 {
         let g = self.paths[q].generation as u32;
         let stride = 2 * self.cfg.num_paths as u32 + 1;
@@ -1892,11 +1913,13 @@ impl Connection {
 
     /// Spec: MR-6.2.2 — choose a path for a data packet of `len` bytes.
     fn pick_path(&mut self, len: u32, avoid: Option<usize>) -> Option<usize> {
+        // Spec: MR-8.1.2, MR-8.4.2 — the credit hint caps the connection.
         let total = self.total_inflight();
         if total > 0 && total.saturating_add(len) > self.peer_credit {
             return None;
         }
         let n = self.cfg.num_paths as usize;
+        // Spec: MR-6.3.1 — healthy paths first; never deadlock.
         for class in [PathStatus::Active, PathStatus::Suspect, PathStatus::Failed] {
             if !self.paths[..n].iter().any(|p| p.status == class) {
                 continue;
@@ -1908,6 +1931,7 @@ impl Connection {
                     if p.status != class || (pass == 0 && Some(q) == avoid) {
                         continue;
                     }
+                    // Spec: MR-8.1.1 — per-path window.
                     if p.inflight == 0 || p.inflight.saturating_add(len) <= p.cc.cwnd {
                         self.rr = ((q + 1) % n) as u8;
                         return Some(q);
@@ -1987,6 +2011,7 @@ impl Connection {
             self.retx_len -= 1;
             return self.send_pkt(t, k, q, true, buf, mem);
         }
+        // Spec: MR-5.1.3 — at most 256 TSNs in flight.
         if self.snd_nxt.wrapping_sub(self.snd_una) >= WINDOW {
             return None;
         }
@@ -2031,10 +2056,12 @@ impl Connection {
             if e.wr.opcode.has_response() && self.rd_outstanding >= MAX_RD_ATOMIC {
                 return None;
             }
+            // Spec: MR-4.1.2 — message window.
             if self.sq_send.wrapping_sub(self.msg_una) >= MSG_WINDOW {
                 return None;
             }
         }
+        // Spec: MR-4.1.1, MR-2.6.2 — full-MTU packets, remainder last.
         let len = if e.wr.opcode.wire().carries_payload() {
             (e.wr.len - e.next_off).min(self.cfg.mtu)
         } else {
@@ -2086,6 +2113,9 @@ impl Connection {
             self.last_progress = now;
         }
         let i = (tsn % WINDOW) as usize;
+        // Spec: MR-5.1.2, MR-6.2.1 — every transmission takes the path's next
+        // PSN; MR-5.1.1 — the TSN and headers are those of the original.
+        // Spec: MR-5.3.1 — remember path, PSN and send time, in PSN order.
         let psn = self.paths[q].psn_next;
         self.paths[q].psn_next = psn.wrapping_add(1);
         {
@@ -2109,6 +2139,7 @@ impl Connection {
             let e = self.sq[(k.msn as usize) % SQ_DEPTH];
             let op = e.wr.opcode.wire();
             let last = !op.carries_payload() || k.offset + k.len as u32 >= e.wr.len;
+            // Spec: MR-5.4.5 — ACK_REQ on the last packet and on retransmissions.
             flags = flags
                 .with(Flags::LAST, last)
                 .with(Flags::ACK_REQ, retx || last)
@@ -2187,6 +2218,7 @@ impl Connection {
             } else if len == 0 {
                 Ok(())
             } else {
+                // Spec: MR-5.6.4 — READ data is re-read for every transmission.
                 match j.va.checked_add(k.offset as u64) {
                     Some(va) => mem.read_remote(j.rkey, va, dst),
                     None => Err(MemError::Access),
@@ -2210,6 +2242,7 @@ impl Connection {
         } else {
             self.stats.tx_data += 1;
         }
+        // Spec: MR-2.5.1 — data is ECN-capable.
         Some(Transmit {
             len: hl + len,
             path: q as u8,
@@ -2230,6 +2263,7 @@ impl Connection {
         }
     }
 
+    /// Spec: MR-6.4.1, MR-6.4.4 — a probe takes no TSN and no window.
     fn emit_probe(&mut self, now: u64, q: usize, buf: &mut [u8]) -> Option<Transmit> {
         let deadline = now.saturating_add(self.path_rto(q));
         let p = &mut self.paths[q];
@@ -2253,7 +2287,8 @@ impl Connection {
         })
     }
 
-    /// Emits an ACK (or NAK) for packets received on path `q` (MR-3.5).
+    /// Emits an ACK (or NAK) for packets received on path `q` (MR-3.5.1):
+    /// PSN and TSN are zero in the MRH (MR-3.2.7).
     fn emit_ack(
         &mut self,
         now: u64,

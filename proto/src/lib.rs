@@ -5,10 +5,11 @@
 //! The normative specification is `Documentation/metaroce/` in this
 //! repository; clause numbers such as `MR-5.3.2` in comments cite it.
 //!
-//! This crate does no I/O and reads no clock. The same source files build
+//! This crate does no I/O and reads no clock (MR-10.1.1; packet views are
+//! total, MR-10.1.2). The same source files build
 //! with cargo on the host and inside `rdma_metaroce.ko` (as a `#[path]`
 //! module), so the library uses only `core`, no heap, no floating point and
-//! no `unsafe`.
+//! no `unsafe` (MR-10.2.1).
 //!
 //! ## How to drive it
 //!
@@ -99,6 +100,7 @@ pub mod cc;
 pub mod connection;
 pub mod sack;
 pub mod time;
+pub mod ud;
 pub mod verbs;
 pub mod wire;
 

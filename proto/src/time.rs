@@ -3,7 +3,7 @@
 //! The core never reads a clock. Every entry point that needs the time takes
 //! an [`Instant`], a monotonic count of nanoseconds chosen by the caller (the
 //! kernel passes `ktime_get_ns()`, the simulator its virtual clock).
-//! Spec: MR-2.4 (time is an input of the core).
+//! Spec: MR-2.4.1 (time is an input of the core).
 
 use core::ops::{Add, Sub};
 

@@ -189,7 +189,8 @@ pub enum WcStatus {
 }
 
 impl WcStatus {
-    /// The numeric `enum ib_wc_status` value (include/rdma/ib_verbs.h).
+    /// The numeric `enum ib_wc_status` value (include/rdma/ib_verbs.h),
+    /// MR-7.4.1.
     pub const fn ib_wc_status(self) -> u32 {
         match self {
             WcStatus::Success => 0,

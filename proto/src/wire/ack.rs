@@ -1,4 +1,4 @@
-//! Acknowledgement / negative acknowledgement header (MR-3.5).
+//! Acknowledgement / negative acknowledgement header (MR-3.5.1).
 //!
 //! ```text
 //!  0                   1                   2                   3

@@ -212,7 +212,7 @@ pub struct BaseRepr {
     pub opcode: Opcode,
     /// Flags.
     pub flags: Flags,
-    /// Path id, 0..=15 (MR-6.1.2).
+    /// Path id, 0..=15 (MR-6.1.2, MR-3.2.6).
     pub path_id: u8,
     /// Destination QPN, 24 bits.
     pub dest_qpn: u32,
@@ -229,9 +229,10 @@ impl BaseRepr {
     /// Encoded length.
     pub const LEN: usize = 20;
 
-    /// Parses a checked view. Reserved bits are ignored (MR-3.2.5).
+    /// Parses a checked view. Reserved bits are ignored (MR-3.2.5, MR-2.7.2).
     pub fn parse<T: AsRef<[u8]>>(h: &BaseHeader<T>) -> Result<BaseRepr, WireError> {
         h.check_len()?;
+        // Spec: MR-2.7.1 — unknown versions are discarded.
         if h.version() != MRH_VERSION {
             return Err(WireError::BadVersion);
         }
@@ -247,7 +248,7 @@ impl BaseRepr {
         })
     }
 
-    /// Writes the header; reserved bits are emitted as zero.
+    /// Writes the header; reserved bits are emitted as zero (MR-2.7.2).
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(
         &self,
         h: &mut BaseHeader<T>,

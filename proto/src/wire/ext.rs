@@ -25,7 +25,8 @@ use super::WireError;
 pub const EXT_FLAG_CRITICAL: u8 = 0x01;
 /// Maximum total length of an extension chain in bytes (MR-3.7.3).
 pub const EXT_MAX_TOTAL: usize = 256;
-/// Extension type 0: padding / no-op, understood by every implementation.
+/// Extension type 0: padding / no-op, understood by every implementation
+/// (MR-3.7.5). Extensions carry optional information (MR-3.7.1, MR-2.7.3).
 pub const EXT_TYPE_PAD: u8 = 0;
 
 /// One extension of a chain.

@@ -1,4 +1,6 @@
-//! Whole-packet parse and emit (MR-3.1).
+//! Whole-packet parse and emit: MRH, opcode headers, extension chain,
+//! payload, in that order (MR-3.1.1); header sizes are fixed per opcode
+//! (MR-3.1.4).
 
 use super::ext::validate_chain;
 use super::{
