@@ -99,6 +99,7 @@
 pub mod cc;
 pub mod connection;
 pub mod sack;
+pub mod selftest;
 pub mod time;
 pub mod ud;
 pub mod verbs;
