@@ -21,6 +21,9 @@ const GID_TABLE_LEN: u32 = 128;
 pub(crate) struct DeviceData {
     /// EUI-64 derived from the netdev's MAC, big-endian; also the system image GUID.
     node_guid_be: u64,
+    /// Name of the netdev at creation, for log messages after the device is gone
+    /// from ib_core's view (its own name is cleared by then).
+    netdev_name: [u8; 16],
 }
 
 /// EUI-64 from a MAC address (RFC 4291 appendix A: flip the U/L bit, insert FF:FE).
@@ -55,7 +58,14 @@ pub(crate) fn newlink(name: &CStr, ndev: &NetDev) -> Result {
         EINVAL
     })?;
     let guid = u64::from_ne_bytes(eui64_from_mac(mac));
-    let data = DeviceData { node_guid_be: guid };
+    let mut netdev_name = [0u8; 16];
+    for (d, s) in netdev_name.iter_mut().zip(ndev.name().to_bytes().iter().take(15)) {
+        *d = *s;
+    }
+    let data = DeviceData {
+        node_guid_be: guid,
+        netdev_name,
+    };
     match IbDev::create(name, ndev, data, guid) {
         Ok(()) => {
             pr_info!("added {:?} on {:?}\n", name, ndev.name());
@@ -80,7 +90,10 @@ pub(crate) fn dellink(dev: &IbDev) -> Result {
 
 /// The device is being freed (after unregistration); last call for `dev`.
 pub(crate) fn on_dealloc(dev: &IbDev) {
-    pr_info!("removed {:?}\n", dev.name());
+    let name = &dev.data().netdev_name;
+    let len = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    let name = core::str::from_utf8(&name[..len]).unwrap_or("?");
+    pr_info!("removed the device on {}\n", name);
 }
 
 /// Netdev events: a device whose netdev disappears is unregistered with it. Port

@@ -8,11 +8,16 @@
 //!
 //! * [`ffi`]: the only `unsafe` code — bindings, C helpers, safe wrappers.
 //! * [`device`]: device lifecycle policy (`rdma link add/del`, query ops).
+//! * [`proto`]: the protocol core, compiled from `proto/src` (the same files cargo
+//!   builds and tests on the host): wire formats, reliability, congestion control.
 
 use kernel::prelude::*;
 
 mod device;
 mod ffi;
+#[path = "../proto/src/lib.rs"]
+pub mod proto;
+mod proto_tests;
 
 module! {
     type: MetaRoce,

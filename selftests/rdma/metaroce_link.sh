@@ -42,7 +42,8 @@ check "module loads with defaults" insmod "$KO"
 mk_hosts
 check "rdma link add mrc0 type metaroce netdev veth0 (in hostA)" A rdma link add mrc0 type metaroce netdev veth0
 check "mrc0 appears in /sys/class/infiniband and rdma dev" bash -c "has_dev() { [ -e $SYS/\$1 ]; }; has_dev mrc0 && rdma dev show mrc0 | grep -q 'mrc0'"
-check "rdma link shows mrc0/1 on veth0, ACTIVE" bash -c "rdma link show mrc0/1 | grep -q 'state ACTIVE' && rdma link show mrc0/1 | grep -q 'netdev veth0'"
+# rdma link names the netdev only to callers in the netdev's own namespace.
+check "rdma link shows mrc0/1 ACTIVE on veth0 (from hostA)" bash -c "ip netns exec hostA rdma link show mrc0/1 | grep 'state ACTIVE' | grep -q 'netdev veth0'"
 check "port 1 link layer is Ethernet" grep -qx Ethernet "$SYS/mrc0/ports/1/link_layer"
 check "node GUID is the EUI-64 of veth0's MAC" bash -c "
     mac=\$(ip -n hostA -br link show veth0 | awk '{print \$3}')
