@@ -30,7 +30,7 @@ pass() { echo "ok: $*"; }
 "$HERE/build" "$OUT" >/dev/null 2>"$OUT.build.log" || { cat "$OUT.build.log" >&2; fail "build failed"; }
 rm -f "$OUT.build.log"
 OUT=$(cd "$OUT" && pwd)
-SO=$(ls "$OUT"/libmetaroce-rdmav*.so | head -n1)
+SO=$(find "$OUT" -maxdepth 1 -name "libmetaroce-rdmav*.so" | head -n1)
 PABI=${SO##*-rdmav}; PABI=${PABI%.so}
 ROOT=$("$REPO/tools/mkroot")
 CACHE=${METAROCE_CACHE:-/var/cache/metaroce}
