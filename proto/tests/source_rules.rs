@@ -81,3 +81,29 @@ fn state_bytes_per_qp() {
     // Spec: MR-10.3 states the size; keep it well under 64 KiB.
     assert!(n < 48 * 1024, "Connection is {n} bytes");
 }
+
+/// Builds `src/lib.rs` the way `rdma_metaroce.ko` does: as a `#[path]`
+/// submodule of a `#![no_std]` crate, with `--cfg CONFIG_RUST`, panic=abort
+/// and overflow checks, warnings denied (MR-10.2.1).
+#[test]
+fn builds_as_a_path_module_in_a_no_std_crate() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kmod-shape");
+    fs::create_dir_all(&dir).unwrap();
+    let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs");
+    let root = format!(
+        "#![no_std]\n#[path = {:?}]\npub mod proto;\n\
+         pub fn kunit_case(a: &mut proto::Connection, b: &mut proto::Connection) -> bool {{\n\
+             proto::selftest::loopback(a, b).is_ok()\n}}\n",
+        lib.display().to_string()
+    );
+    fs::write(dir.join("lib.rs"), root).unwrap();
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let out = std::process::Command::new(rustc)
+        .current_dir(&dir)
+        .args(["--edition", "2021", "--crate-type", "lib", "--cfg", "CONFIG_RUST"])
+        .args(["-C", "panic=abort", "-C", "overflow-checks=on", "-D", "warnings"])
+        .args(["lib.rs", "-o", "libkmod_shape.rlib"])
+        .output()
+        .expect("run rustc");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
