@@ -246,6 +246,9 @@ static struct verbs_context *metaroce_alloc_context(struct ibv_device *ibdev,
 		goto err;
 
 	verbs_set_ops(&ctx->ibv_ctx, &metaroce_ctx_ops);
+	verbs_debug(&ctx->ibv_ctx,
+		    "metaroce provider: context opened (command path, uverbs ABI %u)\n",
+		    verbs_get_device(ibdev)->sysfs->abi_ver);
 	return &ctx->ibv_ctx;
 
 err:
@@ -287,13 +290,29 @@ static void metaroce_uninit_device(struct verbs_device *vdev)
  */
 static const struct verbs_match_ent metaroce_match_table[] = {
 	VERBS_MODALIAS_MATCH("platform:rdma_metaroce", NULL),
+#ifdef METAROCE_TEST_CLAIM_RXE
+	/*
+	 * Test builds only (make TEST_CLAIM_RXE=1, test-vm-rxe.sh): also claim
+	 * soft-RoCE devices, so that the command path can be run against a
+	 * real kernel before the MetaRoCE module implements the verbs. rxe
+	 * speaks uverbs ABI 2 and wants its own udata for CQs/QPs/SRQs, so only
+	 * the context, query, PD, MR and AH verbs work there.
+	 */
+	VERBS_DRIVER_ID(RDMA_DRIVER_RXE),
+#endif
 	{},
 };
+
+#ifdef METAROCE_TEST_CLAIM_RXE
+#define METAROCE_MAX_ABI 2
+#else
+#define METAROCE_MAX_ABI METAROCE_UVERBS_ABI_VERSION
+#endif
 
 static const struct verbs_device_ops metaroce_dev_ops = {
 	.name = "metaroce",
 	.match_min_abi_version = METAROCE_UVERBS_ABI_VERSION,
-	.match_max_abi_version = METAROCE_UVERBS_ABI_VERSION,
+	.match_max_abi_version = METAROCE_MAX_ABI,
 	.match_table = metaroce_match_table,
 	.alloc_device = metaroce_alloc_device,
 	.uninit_device = metaroce_uninit_device,
