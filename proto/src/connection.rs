@@ -66,6 +66,7 @@ const S_ACKED: u8 = 3;
 
 /// Loss recovery flavour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub enum Recovery {
     /// MetaRoCE v1: SACK, per-path loss detection, selective retransmission.
     Selective,
@@ -152,6 +153,7 @@ impl Config {
 
 /// Transport state of the QP (MR-7.2.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub enum QpState {
     /// Ready to send (verbs RTS, which includes RTR behaviour).
     Rts,
@@ -161,6 +163,7 @@ pub enum QpState {
 
 /// Health of one path (MR-6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub enum PathStatus {
     /// In use.
     Active,
@@ -468,6 +471,103 @@ impl Job {
     };
 }
 
+/// `Option` replacement whose all-zero bit pattern is valid (`None`), so
+/// that the whole `Connection` is valid when zero-filled (MR-10.2.2).
+#[derive(Debug, Clone, Copy)]
+struct Maybe<T: Copy> {
+    set: bool,
+    val: T,
+}
+
+impl<T: Copy> Maybe<T> {
+    fn some(val: T) -> Self {
+        Maybe { set: true, val }
+    }
+    fn get(&self) -> Option<T> {
+        if self.set {
+            Some(self.val)
+        } else {
+            None
+        }
+    }
+    fn take(&mut self) -> Option<T> {
+        let v = self.get();
+        self.set = false;
+        v
+    }
+    fn is_none(&self) -> bool {
+        !self.set
+    }
+}
+
+impl Maybe<PendingNak> {
+    const NONE_NAK: Self = Maybe {
+        set: false,
+        val: PendingNak {
+            syndrome: Syndrome::Ack,
+            msn: 0,
+            tsn: 0,
+            path: 0,
+        },
+    };
+}
+
+impl Maybe<u32> {
+    const NONE_U32: Self = Maybe { set: false, val: 0 };
+}
+
+/// Stored completion; zero-valid unlike `Completion` (which has `Option`s).
+#[derive(Debug, Clone, Copy)]
+struct Cqe {
+    wr_id: u64,
+    byte_len: u32,
+    imm: u32,
+    inv: u32,
+    status: WcStatus,
+    opcode: WcOpcode,
+    has_imm: bool,
+    has_inv: bool,
+    solicited: bool,
+}
+
+impl Cqe {
+    const EMPTY: Cqe = Cqe {
+        wr_id: 0,
+        byte_len: 0,
+        imm: 0,
+        inv: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        has_imm: false,
+        has_inv: false,
+        solicited: false,
+    };
+    fn put(c: Completion) -> Cqe {
+        Cqe {
+            wr_id: c.wr_id,
+            byte_len: c.byte_len,
+            imm: c.imm.unwrap_or(0),
+            inv: c.invalidated_rkey.unwrap_or(0),
+            status: c.status,
+            opcode: c.opcode,
+            has_imm: c.imm.is_some(),
+            has_inv: c.invalidated_rkey.is_some(),
+            solicited: c.solicited,
+        }
+    }
+    fn get(&self) -> Completion {
+        Completion {
+            wr_id: self.wr_id,
+            status: self.status,
+            opcode: self.opcode,
+            byte_len: self.byte_len,
+            imm: if self.has_imm { Some(self.imm) } else { None },
+            invalidated_rkey: if self.has_inv { Some(self.inv) } else { None },
+            solicited: self.solicited,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct PendingNak {
     syndrome: Syndrome,
@@ -530,11 +630,11 @@ pub struct Connection {
     job_head: u32,
     job_send: u32,
     job_tail: u32,
-    nak: Option<PendingNak>,
-    gbn_nak_at: Option<u32>,
+    nak: Maybe<PendingNak>,
+    gbn_nak_at: Maybe<u32>,
     credit_hint: u16,
     // Completions.
-    cq: [Completion; CQ_DEPTH],
+    cq: [Cqe; CQ_DEPTH],
     cq_head: u32,
     cq_len: u32,
 }
@@ -606,18 +706,10 @@ impl Connection {
             job_head: 0,
             job_send: 0,
             job_tail: 0,
-            nak: None,
-            gbn_nak_at: None,
+            nak: Maybe::NONE_NAK,
+            gbn_nak_at: Maybe::NONE_U32,
             credit_hint: 0xFFFF,
-            cq: [Completion {
-                wr_id: 0,
-                status: WcStatus::Success,
-                opcode: WcOpcode::Send,
-                byte_len: 0,
-                imm: None,
-                invalidated_rkey: None,
-                solicited: false,
-            }; CQ_DEPTH],
+            cq: [Cqe::EMPTY; CQ_DEPTH],
             cq_head: 0,
             cq_len: 0,
         }
@@ -683,18 +775,10 @@ impl Connection {
         self.job_head = 0;
         self.job_send = 0;
         self.job_tail = 0;
-        self.nak = None;
-        self.gbn_nak_at = None;
+        self.nak = Maybe::NONE_NAK;
+        self.gbn_nak_at = Maybe::NONE_U32;
         self.credit_hint = 0xFFFF;
-        self.cq.fill(Completion {
-            wr_id: 0,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Send,
-            byte_len: 0,
-            imm: None,
-            invalidated_rkey: None,
-            solicited: false,
-        });
+        self.cq.fill(Cqe::EMPTY);
         self.cq_head = 0;
         self.cq_len = 0;
     }
@@ -830,7 +914,7 @@ impl Connection {
         if self.cq_len == 0 {
             return None;
         }
-        let c = self.cq[(self.cq_head as usize) % CQ_DEPTH];
+        let c = self.cq[(self.cq_head as usize) % CQ_DEPTH].get();
         self.cq_head = self.cq_head.wrapping_add(1);
         self.cq_len -= 1;
         Some(c)
@@ -839,7 +923,7 @@ impl Connection {
     fn push_cq(&mut self, c: Completion) {
         if (self.cq_len as usize) < CQ_DEPTH {
             let i = (self.cq_head.wrapping_add(self.cq_len) as usize) % CQ_DEPTH;
-            self.cq[i] = c;
+            self.cq[i] = Cqe::put(c);
             self.cq_len += 1;
         }
     }
@@ -954,9 +1038,9 @@ impl Connection {
             return;
         }
         if self.cfg.recovery == Recovery::GoBackN && d != 0 {
-            if self.gbn_nak_at != Some(self.rcv_nxt) {
-                self.gbn_nak_at = Some(self.rcv_nxt);
-                self.nak = Some(PendingNak {
+            if self.gbn_nak_at.get() != Some(self.rcv_nxt) {
+                self.gbn_nak_at = Maybe::some(self.rcv_nxt);
+                self.nak = Maybe::some(PendingNak {
                     syndrome: Syndrome::NakSequence,
                     msn: self.msg_cum,
                     tsn: self.rcv_nxt,
@@ -1001,7 +1085,7 @@ impl Connection {
                         _ => 0,
                     };
                     self.stats.rnr_naks += 1;
-                    self.nak = Some(PendingNak {
+                    self.nak = Maybe::some(PendingNak {
                         syndrome: Syndrome::NakRnr,
                         msn,
                         tsn: base.tsn,
@@ -1197,7 +1281,7 @@ impl Connection {
             }
             if let Some(e) = err {
                 // Spec: MR-7.3.2 — fatal NAK at the message's turn, then error.
-                self.nak = Some(PendingNak {
+                self.nak = Maybe::some(PendingNak {
                     syndrome: e,
                     msn: s.msn,
                     tsn: s.err_tsn,
@@ -2225,7 +2309,7 @@ impl Connection {
                 }
             };
             if let Err(e) = payload_res {
-                self.nak = Some(PendingNak {
+                self.nak = Maybe::some(PendingNak {
                     syndrome: mem_syndrome(e),
                     msn: j.msn,
                     tsn,

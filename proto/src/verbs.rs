@@ -4,6 +4,7 @@
 
 /// Operation of a send-queue work request (MR-2.2.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub enum WrOpcode {
     /// `IB_WR_SEND`.
     Send,
@@ -165,6 +166,7 @@ pub struct RecvWr {
 
 /// Completion status; maps 1:1 onto `enum ib_wc_status` (MR-7.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub enum WcStatus {
     /// `IB_WC_SUCCESS`.
     Success,
@@ -209,6 +211,7 @@ impl WcStatus {
 
 /// Completion opcode; maps onto `enum ib_wc_opcode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub enum WcOpcode {
     /// `IB_WC_SEND`.
     Send,
@@ -264,6 +267,7 @@ pub struct Completion {
 
 /// Why the caller refused a memory access (MR-9.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub enum MemError {
     /// Key unknown, wrong PD, missing permission, or out of bounds.
     Access,
@@ -326,6 +330,7 @@ impl<T: Responder + LocalMemory> Memory for T {}
 
 /// ECN codepoint to set on a transmitted packet (MR-2.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub enum Ecn {
     /// Not ECN-capable.
     NotEct,

@@ -100,10 +100,28 @@ fn builds_as_a_path_module_in_a_no_std_crate() {
     let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let out = std::process::Command::new(rustc)
         .current_dir(&dir)
-        .args(["--edition", "2021", "--crate-type", "lib", "--cfg", "CONFIG_RUST"])
-        .args(["-C", "panic=abort", "-C", "overflow-checks=on", "-D", "warnings"])
+        .args([
+            "--edition",
+            "2021",
+            "--crate-type",
+            "lib",
+            "--cfg",
+            "CONFIG_RUST",
+        ])
+        .args([
+            "-C",
+            "panic=abort",
+            "-C",
+            "overflow-checks=on",
+            "-D",
+            "warnings",
+        ])
         .args(["lib.rs", "-o", "libkmod_shape.rlib"])
         .output()
         .expect("run rustc");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
