@@ -16,4 +16,11 @@ REPO=$(cd "$HERE/.." && pwd)
 SRC=$(cat "$HERE/out/include/RDMA_CORE_SRC")
 "$REPO/tools/inroot" make -s -C "$HERE" O="$HERE/out" RDMA_CORE_SRC="$SRC" smoke
 "$REPO/tools/inroot" make -s -C "$HERE" O="$HERE/out-rxe" RDMA_CORE_SRC="$SRC" TEST_CLAIM_RXE=1
+# The guest cannot modprobe from the kernel build tree: ship rxe and its
+# dependencies (built as modules in the test kernel) next to the test build.
+KDIR=$("$REPO/tools/inroot" "$REPO/tools/mkkernel" plain)
+mkdir -p "$HERE/out-rxe/modules"
+for m in net/ipv4/udp_tunnel.ko net/ipv6/ip6_udp_tunnel.ko drivers/infiniband/sw/rxe/rdma_rxe.ko; do
+    cp "$KDIR/$m" "$HERE/out-rxe/modules/"
+done
 exec "$REPO/tools/vm" --timeout 900 -- bash "$HERE/test/vm-rxe-guest.sh" "$HERE"
