@@ -229,3 +229,41 @@ fn rejections() {
     rd[1] = Opcode::ReadReq as u8;
     assert_eq!(PacketRepr::parse(&rd), Err(WireError::Malformed));
 }
+
+#[test]
+fn connection_parameter_block_fixture() {
+    // Spec: MR-7.1.3.
+    let p = ConnParams {
+        version: 1,
+        paths: 4,
+        qpn: 0x000123,
+        initial_tsn: 0x89abcdef,
+        mtu: 4096,
+        udp_port: 4792,
+        max_rd_atomic: 16,
+        flags: PARAMS_FLAG_CREDIT,
+    };
+    let mut buf = [0xffu8; 24];
+    p.emit(&mut ParamsBlock::new_unchecked(&mut buf[..]))
+        .unwrap();
+    assert_eq!(
+        buf.to_vec(),
+        hex("4d52 01 04 00000123 89abcdef 1000 12b8 10 01 0000 00000000")
+    );
+    assert_eq!(
+        ConnParams::parse(&ParamsBlock::new_checked(&buf[..]).unwrap()).unwrap(),
+        p
+    );
+    let mut bad = buf;
+    bad[3] = 9;
+    assert_eq!(
+        ConnParams::parse(&ParamsBlock::new_unchecked(&bad[..])),
+        Err(WireError::Malformed)
+    );
+    let other = ConnParams {
+        mtu: 1024,
+        max_rd_atomic: 8,
+        ..p
+    };
+    assert_eq!(ConnParams::agree(&p, &other), (1024, 8));
+}

@@ -24,6 +24,7 @@ mod ack;
 mod base;
 mod ext;
 mod packet;
+mod params;
 mod request;
 
 pub use self::ack::{
@@ -33,6 +34,7 @@ pub use self::ack::{
 pub use self::base::{BaseHeader, BaseRepr, Flags, Opcode, MRH_VERSION};
 pub use self::ext::{ExtIter, Extension, EXT_FLAG_CRITICAL, EXT_MAX_TOTAL, EXT_TYPE_PAD};
 pub use self::packet::{Body, PacketRepr};
+pub use self::params::{ConnParams, ParamsBlock, PARAMS_FLAG_CREDIT, PARAMS_MAGIC};
 pub use self::request::{
     AtomicHeader, AtomicRepr, RequestHeader, RequestRepr, ResponseHeader, ResponseRepr, UdHeader,
     UdRepr,
