@@ -453,6 +453,9 @@ impl Endpoint {
                 c.cc.target_qdelay_ns =
                     a.num_or("target_qdelay_us", (d.target_qdelay_ns / 1000) as u64)? as u32 * 1000;
                 c.cc.ai_bytes = a.num_or("ai", d.ai_bytes as u64)? as u32;
+                c.cc.beta_q16 = a.num_or("beta_q16", d.beta_q16 as u64)? as u32;
+                c.cc.max_mdf_q16 = a.num_or("max_mdf_q16", d.max_mdf_q16 as u64)? as u32;
+                c.cc.ecn_gain_shift = a.num_or("ecn_g_shift", d.ecn_gain_shift as u64)? as u8;
                 let ip: Ipv4Addr = a
                     .str_or("peer", "127.0.0.1")
                     .parse()

@@ -1,0 +1,163 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Device-under-test control.
+
+The suite talks to the DUT's *control helper* with one text line per
+command and one reply line per command (``ok key=value ...`` or
+``err message``). The userspace target's helper is the reference endpoint
+itself (``proto-endpoint``); a kernel target provides a small verbs helper
+program speaking the same lines inside the DUT's namespace/VM (create_qp ->
+ibv_create_qp + ibv_modify_qp to RTS with the given QPNs/PSNs, reg_mr ->
+ibv_reg_mr, post_* -> ibv_post_*, wait_cq -> ibv_poll_cq, mem_read ->
+memcpy from the MR). Commands a helper cannot implement are answered
+``err unsupported``; the ``hello`` reply lists capabilities (``caps=``),
+and cases that need a missing capability SKIP.
+
+Commands (numbers decimal or 0x-hex; data hex):
+
+  hello
+  create_qp qpn= peer_qpn= tsn= peer_tsn= peer=IP peer_port= paths= mtu=
+            [ack_delay_us= initial_rtt_us= min_path_rto_us= min_rto_us=
+             max_rto_us= retry_cnt= rnr_retry= rnr_timer= ack_every=
+             init_window= max_window= target_qdelay_us= ai= beta_q16=
+             max_mdf_q16= ecn_g_shift= credit= port_base=]
+  destroy_qp qpn=
+  reg_mr rkey= va= len= access=[rwai-] [fill=]     dereg_mr rkey=
+  mem_write rkey= off= data=                       mem_read rkey= off= len=
+  post_recv qpn= wr= len=
+  post_send qpn= wr= op=send|send_imm|send_inv|write|write_imm|read|cas|faa
+            len= va= rkey= imm= compare= swap= add= flags=signaled,fence,... data=
+  local_buf qpn= wr=          recv_buf qpn= wr=
+  poll_cq qpn= [max=]         wait_cq qpn= n= timeout_ms=
+      -> ok n=K cqes=wr,status,opcode,byte_len,imm,inv_rkey,solicited;...
+  counters [qpn=]   paths qpn=   events   set_error qpn=   set_credit qpn= bytes=
+  quit
+"""
+
+import os
+import select
+import subprocess
+import time
+
+
+class DutError(Exception):
+    pass
+
+
+class Skip(Exception):
+    pass
+
+
+def parse_reply(line):
+    line = line.strip()
+    if line.startswith("err"):
+        raise DutError(line[4:])
+    if not line.startswith("ok"):
+        raise DutError("bad reply %r" % line)
+    out = {}
+    for w in line.split()[1:]:
+        if "=" in w:
+            k, v = w.split("=", 1)
+            out[k] = v
+    return out
+
+
+class LineDut:
+    """A DUT helper reached through a pipe (stdin/stdout)."""
+
+    def __init__(self, argv, env=None):
+        self.argv = argv
+        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  env=env)
+        self.buf = b""
+        ready = self._line(10.0)
+        if not ready.startswith("ready"):
+            raise DutError("helper did not start: %r" % ready)
+        self.info = self.cmd("hello")
+        self.caps = set(self.info.get("caps", "").split(","))
+        self.endian = "<" if self.info.get("endian", "little") == "little" else ">"
+
+    def _line(self, timeout):
+        end = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise DutError("helper reply timeout")
+            r, _, _ = select.select([self.p.stdout], [], [], left)
+            if not r:
+                continue
+            chunk = os.read(self.p.stdout.fileno(), 65536)
+            if not chunk:
+                raise DutError("helper exited (rc=%s)" % self.p.poll())
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode()
+
+    def cmd(self, line, timeout=10.0):
+        self.p.stdin.write((line + "\n").encode())
+        self.p.stdin.flush()
+        return parse_reply(self._line(timeout))
+
+    def has(self, cap):
+        return cap in self.caps
+
+    def close(self):
+        try:
+            self.cmd("quit", timeout=2.0)
+        except Exception:
+            pass
+        try:
+            self.p.stdin.close()
+        except Exception:
+            pass
+        try:
+            self.p.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+
+    # Convenience wrappers -------------------------------------------------
+
+    def wait_cq(self, qpn, n=1, timeout_ms=1000):
+        r = self.cmd("wait_cq qpn=%#x n=%d timeout_ms=%d" % (qpn, n, timeout_ms),
+                     timeout=timeout_ms / 1000.0 + 5)
+        return parse_cqes(r.get("cqes", ""))
+
+    def poll_cq(self, qpn):
+        return parse_cqes(self.cmd("poll_cq qpn=%#x" % qpn).get("cqes", ""))
+
+    def mem_read(self, rkey, off, n):
+        return bytes.fromhex(self.cmd("mem_read rkey=%#x off=%d len=%d" % (rkey, off, n))["data"])
+
+    def counters(self, qpn=None):
+        r = self.cmd("counters" + ("" if qpn is None else " qpn=%#x" % qpn))
+        return {k: (int(v) if v.isdigit() else v) for k, v in r.items()}
+
+    def paths(self, qpn):
+        out = []
+        for e in self.cmd("paths qpn=%#x" % qpn)["paths"].split(";"):
+            i, st, port, cwnd, infl, srtt, gen = e.split(",")
+            out.append(dict(path=int(i), status=st, port=int(port), cwnd=int(cwnd),
+                            inflight=int(infl), srtt_ns=int(srtt), gen=int(gen)))
+        return out
+
+    def events(self):
+        ev = self.cmd("events").get("ev", "")
+        return [e.split(",") for e in ev.split(";") if e]
+
+
+def parse_cqes(s):
+    out = []
+    for e in s.split(";"):
+        if not e:
+            continue
+        wr, st, op, ln, imm, inv, sol = e.split(",")
+        out.append(dict(wr=int(wr), status=int(st), opcode=op, len=int(ln),
+                        imm=None if imm == "-" else int(imm, 16),
+                        inv=None if inv == "-" else int(inv, 16), solicited=sol == "1"))
+    return out
+
+
+# ib_wc_status (MR-7.4.1)
+WC_SUCCESS, WC_LOC_LEN_ERR, WC_LOC_QP_OP_ERR, WC_LOC_PROT_ERR, WC_WR_FLUSH_ERR = 0, 1, 2, 4, 5
+WC_REM_INV_REQ_ERR, WC_REM_ACCESS_ERR, WC_REM_OP_ERR = 9, 10, 11
+WC_RETRY_EXC_ERR, WC_RNR_RETRY_EXC_ERR = 12, 13

@@ -1,0 +1,378 @@
+# SPDX-License-Identifier: GPL-2.0
+"""The tester: plays the remote MetaRoCE peer over plain UDP sockets.
+
+Every packet is built and parsed with the independent Scapy layers in
+``metaroce_scapy`` (from the spec's diagrams), never with the core's code.
+Paths are emulated with one UDP socket per source port; every receive has
+a timeout.
+"""
+
+import errno
+import random
+import socket
+import struct
+import time
+
+import metaroce_scapy as M
+from dut import Skip
+
+IP_RECVTOS = getattr(socket, "IP_RECVTOS", 13)
+TOS_ECT0, TOS_CE = 2, 3
+
+# Timer profile for a Python peer (MR-8.6.1: parameters are configurable).
+# A scripted peer answers in ~1 ms, not in microseconds, so the suite
+# configures timers in milliseconds and checks every bound against the
+# values it configured.
+SLOW = dict(initial_rtt_us=20000, min_path_rto_us=200000, min_rto_us=400000,
+            max_rto_us=3000000, ack_delay_us=2)
+
+
+class Fail(Exception):
+    pass
+
+
+def check(cond, msg, *a):
+    if not cond:
+        raise Fail(msg % a if a else msg)
+
+
+class Rx:
+    """A received packet: scapy view plus metadata."""
+
+    def __init__(self, raw, sport, tos, t):
+        self.raw = raw
+        self.sport = sport
+        self.tos = tos
+        self.t = t
+        self.p = M.MRH(raw)
+
+    @property
+    def op(self):
+        return self.p.opcode
+
+    @property
+    def flags(self):
+        return int(self.p.flags)
+
+    def hdr(self, cls):
+        return self.p.getlayer(cls)
+
+    @property
+    def ack(self):
+        return self.p.getlayer(M.ACKH)
+
+    @property
+    def req(self):
+        return self.p.getlayer(M.REQH)
+
+    @property
+    def rsp(self):
+        return self.p.getlayer(M.RSPH)
+
+    def payload(self):
+        """Bytes after the opcode headers (and any extension chain)."""
+        r = self.p.getlayer("Raw")
+        return bytes(r.load) if r is not None else b""
+
+    def __repr__(self):
+        s = "%s path=%d psn=%d tsn=%d flags=%#x sport=%d" % (
+            M.OPCODES.get(self.op, hex(self.op)), self.p.path, self.p.psn, self.p.tsn,
+            self.flags, self.sport)
+        if self.op == 0x20:
+            a = self.ack
+            s += " cum=%d syn=%d msn=%d echo_path=%d echo_psn=%d rcv=%d ce=%d af=%#x" % (
+                a.cum_tsn, a.syndrome, a.msn, a.echo_path, a.echo_psn, a.rcv_count,
+                a.ce_count, int(a.ack_flags))
+        return s
+
+
+class Tester:
+    def __init__(self, dut, ip, port, dut_ip):
+        self.dut = dut
+        self.ip = ip
+        self.port = port
+        self.dut_ip = dut_ip
+        self.rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self.rx.bind((ip, port))
+        self.rx.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)
+        self.txs = {}
+        self.backlog = []
+        self.t0 = time.monotonic()
+
+    def tx_sock(self, sport):
+        s = self.txs.get(sport)
+        if s is None:
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind((self.ip, sport))
+            self.txs[sport] = [s, -1]
+            s = self.txs[sport]
+        return s
+
+    def free_ports(self, n):
+        """n consecutive-ish free source ports in the dynamic range (MR-2.3.2)."""
+        out = []
+        while len(out) < n:
+            p = random.randrange(49152, 65536)
+            if p in out or p == self.port:
+                continue
+            try:
+                self.tx_sock(p)
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    continue
+                raise
+            out.append(p)
+        return out
+
+    def send(self, raw, sport, tos=TOS_ECT0, dport=None):
+        s = self.tx_sock(sport)
+        if s[1] != tos:
+            s[0].setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos)
+            s[1] = tos
+        s[0].sendto(raw, (self.dut_ip, dport or self.port))
+
+    def _recv_raw(self, timeout):
+        self.rx.settimeout(max(timeout, 0.0001))
+        try:
+            data, anc, _, addr = self.rx.recvmsg(65536, socket.CMSG_SPACE(4))
+        except (socket.timeout, BlockingIOError):
+            return None
+        tos = 0
+        for lvl, typ, d in anc:
+            if lvl == socket.IPPROTO_IP and typ == socket.IP_TOS and d:
+                tos = d[0]
+        return Rx(data, addr[1], tos, time.monotonic())
+
+    def recv(self, qpn, timeout, pred=None):
+        """Next packet addressed to our QPN `qpn` matching pred, or None."""
+        for i, r in enumerate(self.backlog):
+            if r.p.dqpn == qpn and (pred is None or pred(r)):
+                return self.backlog.pop(i)
+        end = time.monotonic() + timeout
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return None
+            r = self._recv_raw(left)
+            if r is None:
+                return None
+            if len(r.raw) < 20 or r.p.dqpn != qpn:
+                continue  # stale traffic of an earlier case
+            if pred is None or pred(r):
+                return r
+            self.backlog.append(r)
+            if len(self.backlog) > 4096:
+                self.backlog.pop(0)
+
+    def drain(self, qpn, timeout):
+        """Everything for qpn arriving within `timeout` (a silence window)."""
+        out = [r for r in self.backlog if r.p.dqpn == qpn]
+        self.backlog = [r for r in self.backlog if r.p.dqpn != qpn]
+        end = time.monotonic() + timeout
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return out
+            r = self._recv_raw(left)
+            if r is None:
+                return out
+            if len(r.raw) >= 20 and r.p.dqpn == qpn:
+                out.append(r)
+
+    def now_ts(self):
+        return int((time.monotonic() - self.t0) * 1e9) & 0xFFFFFFFF
+
+
+def rand24():
+    return random.randrange(1, 1 << 24)
+
+
+class Link:
+    """One RC connection between the tester (peer) and a fresh DUT QP."""
+
+    def __init__(self, T, paths=4, mtu=1024, **cfg):
+        self.T = T
+        self.dut = T.dut
+        self.dqpn = rand24()    # the DUT's QPN
+        self.pqpn = rand24()    # ours
+        self.dtsn0 = random.getrandbits(32)
+        self.tsn0 = random.getrandbits(32)
+        self.npaths = paths
+        self.mtu = mtu
+        self.ports = T.free_ports(paths)
+        conf = dict(SLOW)
+        conf.update(cfg)
+        self.conf = conf
+        extra = " ".join("%s=%s" % kv for kv in conf.items())
+        self.dut.cmd("create_qp qpn=%#x peer_qpn=%#x tsn=%#x peer_tsn=%#x peer=%s peer_port=%d "
+                     "paths=%d mtu=%d %s" % (self.dqpn, self.pqpn, self.dtsn0, self.tsn0,
+                                             T.ip, T.port, paths, mtu, extra))
+        self.tsn = self.tsn0
+        self.psn = [random.getrandbits(32) for _ in range(paths)]
+        self.msn = 0
+        self.ssn = 0
+        self.sent = {}         # tsn -> raw bytes (for retransmission)
+        self.rr = 0
+
+    def close(self):
+        try:
+            self.dut.cmd("destroy_qp qpn=%#x" % self.dqpn)
+        except Exception:
+            pass
+
+    # ---- building -------------------------------------------------------
+
+    def mrh(self, op, flags=0, path=0, psn=None, tsn=None, ts=None, dqpn=None, **kw):
+        if psn is None:
+            psn = self.psn[path % self.npaths]
+            self.psn[path % self.npaths] = (psn + 1) & 0xFFFFFFFF
+        return M.MRH(opcode=op, flags=flags, path=path, dqpn=self.dqpn if dqpn is None else dqpn,
+                     psn=psn, tsn=0 if tsn is None else tsn,
+                     ts=self.T.now_ts() if ts is None else ts, **kw)
+
+    def next_tsn(self):
+        t = self.tsn
+        self.tsn = (self.tsn + 1) & 0xFFFFFFFF
+        return t
+
+    def req_bytes(self, op, payload=b"", msn=None, ssn=0, offset=0, msglen=None, imm=0,
+                  rkey=0, va=0, flags=None, path=0, tsn=None, swap=0, compare=0, ext=b"",
+                  mrh_kw=None):
+        if tsn is None:
+            tsn = self.next_tsn()
+        if msn is None:
+            msn = self.msn
+        if msglen is None:
+            msglen = 8 if op in M.ATOMIC_OPS else offset + len(payload)
+        if flags is None:
+            flags = 0
+            if op in (0x06, 0x07, 0x08) or offset + len(payload) == msglen:
+                flags |= M.F_LAST | M.F_ACK_REQ
+        if ext:
+            flags |= M.F_EXT
+        p = self.mrh(op, flags=flags, path=path, tsn=tsn, **(mrh_kw or {})) / M.REQH(
+            msn=msn, ssn=ssn, offset=offset, msglen=msglen, imm=imm, rkey=rkey, va=va)
+        raw = bytes(p)
+        if op in M.ATOMIC_OPS:
+            raw += bytes(M.ATH(swap_add=swap, compare=compare))
+        raw += ext + payload
+        self.sent[tsn] = raw
+        return raw, tsn
+
+    def send_raw(self, raw, path=0, tos=TOS_ECT0):
+        self.T.send(raw, self.ports[path % self.npaths], tos)
+
+    def req(self, op, path=0, tos=TOS_ECT0, **kw):
+        raw, tsn = self.req_bytes(op, path=path, **kw)
+        self.send_raw(raw, path, tos)
+        return tsn
+
+    def message(self, op, data, rkey=0, va=0, imm=0, paths=None, order=None, ssn=None,
+                msn=None, tos=TOS_ECT0):
+        """Sends one whole message (segmented by MTU); returns its TSNs."""
+        if msn is None:
+            msn = self.msn
+            self.msn += 1
+        if ssn is None:
+            ssn = 0
+            if op in (0x01, 0x02, 0x03, 0x05):
+                ssn = self.ssn
+                self.ssn += 1
+        n = max(1, -(-len(data) // self.mtu))
+        pkts = []
+        for i in range(n):
+            off = i * self.mtu
+            path = (paths[i % len(paths)] if paths else (self.rr % self.npaths))
+            self.rr += 1
+            raw, tsn = self.req_bytes(op, payload=data[off:off + self.mtu], msn=msn, ssn=ssn,
+                                      offset=off, msglen=len(data), imm=imm, rkey=rkey, va=va,
+                                      path=path)
+            pkts.append((raw, tsn, path))
+        for i in (order or range(n)):
+            raw, tsn, path = pkts[i]
+            self.send_raw(raw, path, tos)
+        return [t for _, t, _ in pkts]
+
+    def probe(self, path=0, length=88, ts=None):
+        p = bytes(self.mrh(0x21, path=path, psn=0, tsn=0, ts=ts))
+        p += b"\x00" * max(0, length - len(p))
+        self.send_raw(p[:length], path)
+
+    # ---- receiving ------------------------------------------------------
+
+    def recv(self, timeout=1.0, pred=None):
+        return self.T.recv(self.pqpn, timeout, pred)
+
+    def recv_ack(self, timeout=1.0, pred=None):
+        return self.recv(timeout, lambda r: r.op == 0x20 and (pred is None or pred(r)))
+
+    def ack_until(self, pred, timeout=1.0):
+        """Waits for an ACK satisfying pred, skipping intermediate ACKs."""
+        return self.recv_ack(timeout, pred)
+
+    def cum_reaches(self, tsn_excl, timeout=1.0):
+        return self.ack_until(lambda r: seq_ge(r.ack.cum_tsn, tsn_excl), timeout)
+
+    def silent(self, window=0.15):
+        return self.T.drain(self.pqpn, window)
+
+    # ---- acknowledging the DUT (tester as responder) ---------------------
+
+    def ack(self, cum, sacked=(), path=0, echo_psn=0, echo_ts=0, rcv=1, ce=0, flags=0,
+            syndrome=0, msn=0, nak_tsn=0, credit=0xFFFF, rnr_timer=0, ack_delay=0,
+            sack_len=32, raw_sack=None, mrh_kw=None):
+        a = M.ACKH(cum_tsn=cum, syndrome=syndrome, rnr_timer=rnr_timer, echo_path=path,
+                   ack_flags=flags, msn=msn, nak_tsn=nak_tsn, echo_psn=echo_psn,
+                   echo_ts=echo_ts, ack_delay=ack_delay, ce_count=ce, rcv_count=rcv,
+                   credit=credit, sack_len=sack_len,
+                   sack=raw_sack if raw_sack is not None else M.sack_bitmap(cum, sacked))
+        raw = bytes(self.mrh(0x20, path=path, psn=0, tsn=0, **(mrh_kw or {})) / a)
+        self.send_raw(raw, path)
+        return raw
+
+
+def seq_lt(a, b):
+    return ((a - b) & 0xFFFFFFFF) >= 0x80000000
+
+
+def seq_ge(a, b):
+    return not seq_lt(a, b)
+
+
+class Receiver:
+    """Tester-side receive state for DUT data (the tester as responder)."""
+
+    def __init__(self, L):
+        self.L = L
+        self.cum = L.dtsn0
+        self.got = {}            # tsn -> Rx (latest)
+        self.path_hi = {}        # path -> (psn, ts)
+        self.path_cnt = {}
+        self.path_ce = {}
+
+    def take(self, r):
+        t = r.p.tsn
+        self.got.setdefault(t, r)
+        p = r.p.path
+        hi = self.path_hi.get(p)
+        if hi is None or seq_lt(hi[0], r.p.psn):
+            self.path_hi[p] = (r.p.psn, r.p.ts)
+        self.path_cnt[p] = self.path_cnt.get(p, 0) + 1
+        while self.cum in self.got:
+            self.cum = (self.cum + 1) & 0xFFFFFFFF
+
+    def ack_path(self, p, msn=0, drop=(), **kw):
+        """ACK for path p reporting everything received except `drop` TSNs."""
+        cum = self.L.dtsn0
+        while cum in self.got and cum not in drop:
+            cum = (cum + 1) & 0xFFFFFFFF
+        sacked = [t for t in self.got if t not in drop and seq_lt(cum, t)]
+        hi = self.path_hi.get(p, (0, 0))
+        n = self.path_cnt.pop(p, 0)
+        kw.setdefault("rcv", n)
+        return self.L.ack(cum, sacked, path=p, echo_psn=hi[0], echo_ts=hi[1], msn=msn, **kw)
+
+
+def data_pred(r):
+    return r.op in M.RELIABLE_OPS

@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""MetaRoCE compliance suite runner: TAP output and clause coverage table.
+
+Usually started by ``selftests/compliance/run``.
+"""
+
+import argparse
+import os
+import re
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import logging  # noqa: E402
+logging.getLogger("scapy").setLevel(logging.ERROR)
+
+from dut import DutError, LineDut, Skip  # noqa: E402
+import lib  # noqa: E402
+import cases  # noqa: E402
+
+CLAUSE_INDEX = os.path.join(HERE, "..", "..", "Documentation", "metaroce", "clause-index.rst")
+
+
+def load_index(path):
+    text = open(path).read()
+    rows = re.findall(r"\* - (MR-[\d.]+)\n\s+- (.*)\n\s+- (.*)\n", text)
+    return [(c, lvl.strip()) for c, _, lvl in rows]
+
+
+def clause_key(c):
+    return tuple(int(x) for x in c[3:].split("."))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", choices=["userspace", "kernel"], default="userspace")
+    ap.add_argument("--endpoint", help="path of the metaroce-endpoint binary (userspace)")
+    ap.add_argument("--tester-ip", default="127.0.0.1")
+    ap.add_argument("--dut-ip", default="127.0.0.2")
+    ap.add_argument("--port", type=int, default=4792)
+    ap.add_argument("--only", help="regex of case names to run")
+    ap.add_argument("--no-coverage", action="store_true")
+    ap.add_argument("--quiet", action="store_true", help="TAP summary only (mutation runs)")
+    ap.add_argument("--index", default=CLAUSE_INDEX)
+    args = ap.parse_args()
+
+    sel = [c for c in cases.CASES if not args.only or re.search(args.only, c.name)]
+    known = {c for c, _ in load_index(args.index)}
+    for c in sel:
+        for cl in c.clauses:
+            if cl not in known:
+                print("# warning: %s cites unknown clause %s" % (c.name, cl))
+
+    out = sys.stdout
+    out.write("TAP version 13\n1..%d\n" % (len(sel) + (0 if args.no_coverage else 1)))
+    out.flush()
+    t_start = time.monotonic()
+
+    dut = None
+    skip_all = None
+    if args.target == "kernel":
+        skip_all = ("kernel target: the rdma_metaroce data path does not exist yet; "
+                    "it will run the verbs helper (same control lines) in the VM tier")
+    else:
+        try:
+            dut = LineDut([args.endpoint, "--addr", args.dut_ip, "--port", str(args.port)])
+        except (DutError, OSError) as e:
+            skip_all = "userspace endpoint did not start: %s" % e
+            print("# " + skip_all)
+    T = None
+    if dut is not None:
+        T = lib.Tester(dut, args.tester_ip, args.port, args.dut_ip)
+
+    results = {}
+    npass = nfail = nskip = 0
+    for i, c in enumerate(sel, 1):
+        tag = "[%s] %s: %s" % (" ".join(c.clauses), c.name, c.desc)
+        if skip_all:
+            out.write("ok %d - %s # SKIP %s\n" % (i, tag, skip_all))
+            results[c.name] = "skip"
+            nskip += 1
+            continue
+        t0 = time.monotonic()
+        try:
+            c.fn(T)
+            status, msg = "pass", None
+        except Skip as e:
+            status, msg = "skip", str(e)
+        except lib.Fail as e:
+            status, msg = "fail", str(e)
+        except Exception as e:  # noqa: BLE001 - a crash is a failure
+            status, msg = "fail", "%s: %s" % (type(e).__name__, e)
+            if not args.quiet:
+                for ln in traceback.format_exc().splitlines():
+                    out.write("#   %s\n" % ln)
+        dt = time.monotonic() - t0
+        results[c.name] = status
+        if status == "pass":
+            npass += 1
+            out.write("ok %d - %s (%.2fs)\n" % (i, tag, dt))
+        elif status == "skip":
+            nskip += 1
+            out.write("ok %d - %s # SKIP %s\n" % (i, tag, msg))
+        else:
+            nfail += 1
+            out.write("not ok %d - %s (%.2fs)\n#   %s\n" % (i, tag, dt, msg))
+        out.flush()
+        if dut is not None and dut.p.poll() is not None:
+            skip_all = "DUT helper exited (rc=%s)" % dut.p.returncode
+            print("# " + skip_all)
+
+    if dut is not None:
+        dut.close()
+
+    cov_ok = True
+    if not args.no_coverage:
+        cov_ok = coverage(out, load_index(args.index), sel, results, len(sel) + 1)
+    out.write("# %d passed, %d failed, %d skipped in %.1fs\n"
+              % (npass, nfail, nskip, time.monotonic() - t_start))
+    return 0 if nfail == 0 and cov_ok else 1
+
+
+def coverage(out, index, sel, results, n):
+    by_clause = {}
+    for c in sel:
+        for cl in c.clauses:
+            by_clause.setdefault(cl, []).append(c.name)
+    out.write("#\n# Clause coverage (MUST/SHOULD clauses of the clause index)\n")
+    out.write("# %-10s %-7s %-8s %s\n" % ("clause", "level", "result", "tests / reason"))
+    missing_must = []
+    counts = {"MUST": [0, 0, 0], "SHOULD": [0, 0, 0]}   # covered, n/a, total
+    for cl, lvl in sorted(index, key=lambda x: clause_key(x[0])):
+        if lvl not in ("MUST", "SHOULD"):
+            continue
+        counts[lvl][2] += 1
+        tests = by_clause.get(cl, [])
+        if tests:
+            st = [results.get(t, "-") for t in tests]
+            res = "fail" if "fail" in st else ("pass" if "pass" in st else "skip")
+            counts[lvl][0] += 1
+            out.write("# %-10s %-7s %-8s %s\n" % (cl, lvl, res, " ".join(tests)))
+        elif cl in cases.NOT_WIRE_TESTABLE:
+            counts[lvl][1] += 1
+            out.write("# %-10s %-7s %-8s %s\n" % (cl, lvl, "n/a", cases.NOT_WIRE_TESTABLE[cl]))
+        else:
+            out.write("# %-10s %-7s %-8s %s\n" % (cl, lvl, "UNCOVERED", "-"))
+            if lvl == "MUST":
+                missing_must.append(cl)
+    for lvl, (cov, na, tot) in counts.items():
+        out.write("# %s clauses: %d covered by tests, %d not testable from the wire "
+                  "(reason given), %d uncovered, of %d\n" % (lvl, cov, na, tot - cov - na, tot))
+    if missing_must:
+        out.write("not ok %d - coverage: MUST clauses without a test: %s\n"
+                  % (n, " ".join(missing_must)))
+        return False
+    out.write("ok %d - coverage: every MUST clause is covered by a test or justified n/a\n" % n)
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())
