@@ -236,8 +236,15 @@ static struct verbs_context *metaroce_alloc_context(struct ibv_device *ibdev,
 	struct ibv_get_context cmd = {};
 	struct ib_uverbs_get_context_resp resp = {};
 
+	/*
+	 * The kernel rejects every uverbs ioctl whose header names another
+	 * driver id than the device's (EINVAL). MetaRoCE, out of tree, has
+	 * none (RDMA_DRIVER_UNKNOWN); use whatever the kernel reported over
+	 * netlink, which is RDMA_DRIVER_UNKNOWN for MetaRoCE and also what
+	 * libibverbs assumes when netlink is unavailable.
+	 */
 	ctx = verbs_init_and_alloc_context(ibdev, cmd_fd, ctx, ibv_ctx,
-					   RDMA_DRIVER_UNKNOWN);
+					   verbs_get_device(ibdev)->sysfs->driver_id);
 	if (!ctx)
 		return NULL;
 

@@ -25,8 +25,14 @@ done
 rdma link show
 ibv_devices
 
-step "1. ibv_devinfo -v through the MetaRoCE provider (test build that claims rxe)"
 log=$OUT/verbs-metaroce.log
+step "1. verbs-smoke through the MetaRoCE provider, stages ctx..ah"
+RDMAV_DRIVERS=$D/out-rxe/libmetaroce VERBS_LOG_LEVEL=4 VERBS_LOG_FILE=$log \
+    "$D/out/verbs-smoke" -d "$DEV" -s ah
+grep -q "metaroce provider: context opened" "$log" || fail "verbs-smoke did not go through the MetaRoCE provider"
+
+step "2. ibv_devinfo -v through the MetaRoCE provider (test build that claims rxe)"
+: > "$log"
 RDMAV_DRIVERS=$D/out-rxe/libmetaroce VERBS_LOG_LEVEL=4 VERBS_LOG_FILE=$log \
     ibv_devinfo -v -d "$DEV" > "$OUT/devinfo-metaroce.txt"
 head -n 30 "$OUT/devinfo-metaroce.txt"
@@ -34,12 +40,6 @@ grep -q "metaroce provider: context opened" "$log" || fail "the MetaRoCE provide
 grep -E "state:\s+PORT_ACTIVE" "$OUT/devinfo-metaroce.txt" || fail "port not reported ACTIVE"
 grep -E "GID\[\s*0\]" "$OUT/devinfo-metaroce.txt" || fail "no GID table"
 echo "ok: ibv_devinfo -v served by the MetaRoCE provider ($(grep -c . "$OUT/devinfo-metaroce.txt") lines)"
-
-step "2. verbs-smoke through the MetaRoCE provider, stages ctx..ah"
-: > "$log"
-RDMAV_DRIVERS=$D/out-rxe/libmetaroce VERBS_LOG_LEVEL=4 VERBS_LOG_FILE=$log \
-    "$D/out/verbs-smoke" -d "$DEV" -s ah
-grep -q "metaroce provider: context opened" "$log" || fail "verbs-smoke did not go through the MetaRoCE provider"
 
 step "3. CQ through the MetaRoCE provider on rxe (expected to fail: rxe's kernel wants its own udata)"
 if RDMAV_DRIVERS=$D/out-rxe/libmetaroce "$D/out/verbs-smoke" -d "$DEV" -s cq; then
