@@ -112,6 +112,8 @@ pub struct Config {
     pub max_rto: Duration,
     /// Loss recovery flavour.
     pub recovery: Recovery,
+    /// Repath persistently congested paths (MR-6.3.4).
+    pub repath_congested: bool,
     /// Congestion control parameters.
     pub cc: CcConfig,
 }
@@ -137,6 +139,7 @@ impl Config {
             min_rto: Duration::from_micros(200),
             max_rto: Duration::from_millis(100),
             recovery: Recovery::Selective,
+            repath_congested: true,
             cc: CcConfig::default(),
         }
     }
@@ -217,8 +220,10 @@ pub struct Stats {
     pub rto: u64,
     /// Tail loss probes sent.
     pub tlp: u64,
-    /// Repaths (source port changes).
+    /// Repaths (source port changes), for any reason.
     pub repaths: u64,
+    /// Repaths away from a persistently congested path (MR-6.3.4).
+    pub congestion_repaths: u64,
     /// RNR NAKs sent.
     pub rnr_naks: u64,
 }
@@ -331,6 +336,8 @@ struct Path {
     probe_pending: bool,
     probe_at: u64,
     probe_deadline: u64,
+    hot_since: u64,
+    last_repath: u64,
     acked_bytes: u32,
     // Receive side (packets the peer sent on this path index).
     rx_seen: bool,
@@ -369,6 +376,8 @@ impl Path {
             probe_pending: false,
             probe_at: 0,
             probe_deadline: 0,
+            hot_since: 0,
+            last_repath: 0,
             acked_bytes: 0,
             rx_seen: false,
             rx_psn: 0,
@@ -1496,6 +1505,9 @@ impl Connection {
             }
             path.acked_bytes = 0;
         }
+        if rtt.is_some() && self.cfg.repath_congested && self.cfg.recovery == Recovery::Selective {
+            self.score_and_repath(now, p);
+        }
         // Spec: MR-8.4.2 — the receiver's credit hint caps the connection window.
         self.peer_credit = if a.credit_hint == 0xFFFF {
             u32::MAX
@@ -1557,6 +1569,62 @@ impl Connection {
         }
         self.retire();
         self.deliver(p, mem);
+    }
+
+    /// Spec: MR-6.3.1, MR-6.3.4 — path scoring and repathing away from a
+    /// persistently congested path while other paths are healthy. A path is
+    /// *hot* when its ECN fraction exceeds 1/2, its smoothed RTT exceeds
+    /// `3 min_rtt + target_qdelay` of the best path, or its window is below a
+    /// quarter of the other paths' mean window; it is repathed after
+    /// staying hot for 16 of its RTTs, at most once per 64 RTTs. O(paths).
+    fn score_and_repath(&mut self, now: u64, p: usize) {
+        let n = self.cfg.num_paths as usize;
+        let target = self.cfg.cc.target_qdelay_ns as u64;
+        let best = self.paths[..n]
+            .iter()
+            .filter(|x| x.status == PathStatus::Active && x.has_rtt)
+            .map(|x| x.min_rtt as u64)
+            .min()
+            .unwrap_or(0)
+            .max(1);
+        // Mean window of the other active paths: a path whose window is far
+        // below it sits on a congested route (its delay/ECN history).
+        let (sum, cnt) = self.paths[..n]
+            .iter()
+            .enumerate()
+            .filter(|(q, x)| *q != p && x.status == PathStatus::Active)
+            .fold((0u64, 0u64), |(s, c), (_, x)| (s + x.cc.cwnd as u64, c + 1));
+        let mean_others = sum.checked_div(cnt).unwrap_or(0);
+        let me = self.paths[p];
+        let hot = me.cc.alpha > 32_768
+            || me.srtt as u64 > 3 * best + target
+            || (me.cc.cwnd as u64) * 4 < mean_others;
+        let others_ok = self.paths[..n].iter().enumerate().any(|(q, x)| {
+            q != p
+                && x.status == PathStatus::Active
+                && x.has_rtt
+                && x.cc.alpha <= 16_384
+                && x.cc.cwnd >= me.cc.cwnd.saturating_mul(2)
+        });
+        let path = &mut self.paths[p];
+        if !(hot && others_ok) {
+            path.hot_since = 0;
+            return;
+        }
+        let srtt = (path.srtt as u64).max(1);
+        if path.hot_since == 0 {
+            path.hot_since = now;
+        } else if now.saturating_sub(path.hot_since) >= 16 * srtt
+            && (path.last_repath == 0 || now.saturating_sub(path.last_repath) >= 64 * srtt)
+        {
+            path.generation = path.generation.wrapping_add(1);
+            path.has_rtt = false;
+            path.cc.alpha = 0;
+            path.hot_since = 0;
+            path.last_repath = now;
+            self.stats.repaths += 1;
+            self.stats.congestion_repaths += 1;
+        }
     }
 
     /// Marks one in-flight TSN acknowledged; returns true if it was new.

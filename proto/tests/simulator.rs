@@ -52,3 +52,12 @@ fn figures_table() {
     assert_eq!(f.inc.drops, 0);
     assert!(f.gbn1.completed);
 }
+
+#[test]
+fn repaths_away_from_a_hot_link() {
+    let off = hotspot(false, 4_000_000, 31);
+    let on = hotspot(true, 4_000_000, 31);
+    println!("hotspot without repath: {off:?}\nhotspot with repath:    {on:?}");
+    assert!(on.congestion_repaths >= 1, "{on:?}");
+    assert!(on.cross_gbps > off.cross_gbps, "{on:?} vs {off:?}");
+}

@@ -523,7 +523,11 @@ pub fn table() -> (String, Figures) {
     let mix = mixed(100_000, 5_000, 20_000, 3_000, 7);
     let inc = incast(16, true, 4_000_000, 8);
     let inc_nohint = incast(16, false, 4_000_000, 9);
+    let hs_off = hotspot(false, 4_000_000, 31);
+    let hs_on = hotspot(true, 4_000_000, 31);
     let f = Figures {
+        hs_off,
+        hs_on,
         lossless,
         lossy,
         gbn0,
@@ -596,6 +600,10 @@ pub fn table() -> (String, Figures) {
         ));
     }
     s.push_str(&format!(
+        "| hot fabric link shared with a 1-path elephant | repath off: ours {:.1} Gb/s, elephant {:.1} Gb/s; repath on: ours {:.1} Gb/s, elephant {:.1} Gb/s, {} congestion repaths | load moves off the hot link |\n",
+        f.hs_off.ours_gbps, f.hs_off.cross_gbps, f.hs_on.ours_gbps, f.hs_on.cross_gbps, f.hs_on.congestion_repaths
+    ));
+    s.push_str(&format!(
         "| state bytes per QP | {} B | < 64 KiB |\n",
         core::mem::size_of::<metaroce_proto::Connection>()
     ));
@@ -620,4 +628,78 @@ pub struct Figures {
     pub mix: MixedResult,
     pub inc: IncastResult,
     pub inc_nohint: IncastResult,
+    pub hs_off: HotspotResult,
+    pub hs_on: HotspotResult,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct HotspotResult {
+    pub ours_gbps: f64,
+    pub cross_gbps: f64,
+    pub hot_link_queue: u64,
+    pub congestion_repaths: u64,
+}
+
+/// A 4-path connection (host 0 -> 1) shares fabric link 2 with a 1-path
+/// elephant (host 2 -> 3) pinned to that link. With repathing the sprayed
+/// connection moves its path off the hot link (MR-6.3.4).
+pub fn hotspot(repath: bool, duration_ns: u64, seed: u64) -> HotspotResult {
+    const MSG: u32 = 64 << 10;
+    let mut n = net(4, seed);
+    let (a, b) = n.connect(0, 1, 0x51, 0x52, |c| c.repath_congested = repath);
+    let (x, y) = n.connect(2, 3, 0x61, 0x62, |c| {
+        c.num_paths = 1;
+        c.src_port_base = 0xC002; // path 0 hashes onto fabric link 2
+    });
+    for (s, d) in [(a, b), (x, y)] {
+        n.eps[d]
+            .mem
+            .m
+            .add_region(0x77, 0x10_0000, 16 * MSG as usize);
+        for w in 0..16 {
+            n.eps[s].mem.m.set_local(w, vec![w as u8; MSG as usize]);
+        }
+    }
+    let warm = duration_ns / 2;
+    let mut posted = [0u64; 2];
+    let mut done = [0u64; 2];
+    let mut bytes = [0u64; 2];
+    let mut reset_queue = false;
+    while n.now < duration_ns {
+        for (k, s) in [a, x].into_iter().enumerate() {
+            while posted[k] - done[k] < 16 {
+                let wr = SendWr::write(
+                    posted[k] % 16,
+                    MSG,
+                    0x10_0000 + (posted[k] % 16) * MSG as u64,
+                    0x77,
+                );
+                n.eps[s].conn.post_send(wr).unwrap();
+                posted[k] += 1;
+            }
+        }
+        if !n.step(duration_ns) {
+            break;
+        }
+        if n.now >= warm && !reset_queue {
+            reset_queue = true;
+            n.fabric_link(0, 2).max_queue = 0;
+        }
+        for (k, s) in [a, x].into_iter().enumerate() {
+            for (t, c) in n.eps[s].completions.drain(..) {
+                assert_eq!(c.status, WcStatus::Success);
+                done[k] += 1;
+                if t >= warm {
+                    bytes[k] += MSG as u64;
+                }
+            }
+        }
+    }
+    let span = (duration_ns - warm) as f64;
+    HotspotResult {
+        ours_gbps: bytes[0] as f64 * 8.0 / span,
+        cross_gbps: bytes[1] as f64 * 8.0 / span,
+        hot_link_queue: n.fabric_link(0, 2).max_queue,
+        congestion_repaths: n.eps[a].conn.stats().congestion_repaths,
+    }
 }
