@@ -854,3 +854,403 @@ def t_inconsistent_message(T):
         a = L.recv(1.0, lambda r: r.op == ACK and r.ack.syndrome != SYN_ACK)
         check(a is not None and a.ack.syndrome == SYN_INVALID and a.ack.msn == 0,
               "expected NAK-INVALID for message 0, got %s", a)
+
+
+# ---------------------------------------------------------------------------
+# 4. Remote access errors, error state, RNR (DUT as responder)
+# ---------------------------------------------------------------------------
+
+def access_case(T, access, op, va_off=0, length=16, size=4096, va=None, strict_tsn=False):
+    with link(T) as L:
+        rkey, base = mr(T, access, size=size, fill=0x77, va=va)
+        if op == "badkey":
+            rkey_use, op = rkey ^ 0x1000001, WRITE
+        else:
+            rkey_use = rkey
+        a_va = (base + va_off) & 0xFFFFFFFFFFFFFFFF
+        if op == WRITE:
+            t = L.message(WRITE, b"\xee" * length, rkey=rkey_use, va=a_va)[0]
+        elif op == READ_REQ:
+            t = L.req(READ_REQ, rkey=rkey_use, va=a_va, msglen=length, msn=0)
+            L.msn = 1
+        else:
+            t = L.req(op, rkey=rkey_use, va=a_va, msn=0, swap=1, compare=0x7777777777777777)
+            L.msn = 1
+        a = L.recv(1.0, lambda r: r.op != ACK or r.ack.syndrome != SYN_ACK)
+        check(a is not None and a.op == ACK, "expected NAK-ACCESS, got %s", a)
+        check(a.ack.syndrome == SYN_ACCESS, "syndrome %d, expected NAK-ACCESS", a.ack.syndrome)
+        check(a.ack.msn == 0, "NAK names msn %d, want 0", a.ack.msn)
+        if strict_tsn or op == WRITE:
+            check(a.ack.nak_tsn == t, "NAK TSN %d does not name the failed packet %d",
+                  a.ack.nak_tsn, t)
+        rest = [r for r in L.silent(0.05) if r.op != ACK]
+        check(not rest, "data sent after NAK-ACCESS: %s", rest[:2])
+        lo = max(0, min(size - 64, va_off - 64)) if va_off < size else size - 64
+        check(T.dut.mem_read(rkey, 0, min(size, 64)) == b"\x77" * min(size, 64) and
+              T.dut.mem_read(rkey, lo, 64) == b"\x77" * 64, "memory written by a failed access")
+        # Fatal NAK -> error state: a later valid request is not executed.
+        rk2, va2 = mr(T, "w", fill=0x12)
+        L.req(WRITE, payload=b"late", rkey=rk2, va=va2, msn=L.msn)
+        L.silent(0.05)
+        check(T.dut.mem_read(rk2, 0, 4) == b"\x12" * 4, "QP accepted requests after a fatal NAK")
+
+
+@case("MR-9.2.1 MR-7.3.2 MR-3.5.3", "WRITE with an unknown R_Key: NAK-ACCESS, nothing written, QP in error")
+def t_access_bad_key(T):
+    access_case(T, "rwa", "badkey")
+
+
+@case("MR-9.2.1", "WRITE one byte past the end of the MR: NAK-ACCESS, no byte written")
+def t_access_oob(T):
+    access_case(T, "rwa", WRITE, va_off=4096 - 15, length=16)
+
+
+@case("MR-9.2.1", "WRITE to an MR without remote write permission: NAK-ACCESS")
+def t_access_no_write(T):
+    access_case(T, "ra", WRITE)
+
+
+@case("MR-9.2.1 MR-9.4.4", "READ of an MR without remote read permission: NAK-ACCESS, no READ_RESP")
+def t_access_no_read(T):
+    access_case(T, "wa", READ_REQ, length=64)
+
+
+@case("MR-9.2.1", "atomic on an MR without atomic permission: NAK-ACCESS, memory unchanged")
+def t_access_no_atomic(T):
+    access_case(T, "rw", FAA)
+
+
+@case("MR-3.5.3", "a fatal NAK's TSN names a packet of the failed message (errors found at delivery)",
+      todo="core bug 3: errors detected at the delivery turn (READ/atomic execution, held-back "
+           "tail placement) send a NAK TSN that was never set (err_tsn), not the request's TSN")
+def t_nak_tsn_at_delivery(T):
+    t_nak_after_earlier(T, strict_tsn=True)
+    access_case(T, "wa", READ_REQ, length=64, strict_tsn=True)
+    access_case(T, "rw", FAA, strict_tsn=True)
+
+
+@case("MR-9.2.2", "address arithmetic that wraps past 2^64 is an access error")
+def t_access_wrap(T):
+    access_case(T, "rwa", WRITE, va_off=64 - 8, length=32, size=64, va=(1 << 64) - 64)
+
+
+@case("MR-7.3.2 MR-3.5.3 MR-4.3.2",
+      "a fatal NAK is sent at the failed message's delivery turn, after earlier messages")
+def t_nak_after_earlier(T, strict_tsn=False):
+    with link(T) as L:
+        rkey, va = mr(T, "w", fill=0)
+        raw0, t0 = L.req_bytes(WRITE, payload=b"first", rkey=rkey, va=va, msn=0)
+        raw1, t1 = L.req_bytes(WRITE, payload=b"second", rkey=rkey ^ 0xFFFF, va=va, msn=1)
+        L.msn = 2
+        L.send_raw(raw1, 1)
+        a = L.recv(0.15, lambda r: r.op == ACK and r.ack.syndrome != SYN_ACK)
+        check(a is None, "fatal NAK before the earlier message was delivered: %s", a)
+        L.send_raw(raw0, 0)
+        a = L.recv(1.0, lambda r: r.op == ACK and r.ack.syndrome != SYN_ACK)
+        check(a is not None and a.ack.syndrome == SYN_ACCESS and a.ack.msn == 1,
+              "NAK %s", a)
+        if strict_tsn:
+            check(a.ack.nak_tsn == t1, "NAK TSN %d does not name the failed packet %d",
+                  a.ack.nak_tsn, t1)
+        check(T.dut.mem_read(rkey, 0, 5) == b"first", "earlier message not placed before the NAK")
+
+
+@case("MR-7.3.4 MR-7.2.1", "in the error state posted WRs complete with WR_FLUSH_ERR in order")
+def t_error_flush(T):
+    with link(T) as L:
+        T.dut.cmd("post_recv qpn=%#x wr=1 len=64" % L.dqpn)
+        T.dut.cmd("set_error qpn=%#x" % L.dqpn)
+        T.dut.cmd("post_send qpn=%#x wr=2 op=send len=8" % L.dqpn)
+        T.dut.cmd("post_recv qpn=%#x wr=3 len=64" % L.dqpn)
+        c = T.dut.wait_cq(L.dqpn, 3, 1000)
+        check([x["wr"] for x in c] == [1, 2, 3] and all(x["status"] == WC_WR_FLUSH_ERR for x in c),
+              "flush completions %s", c)
+        rest = [r for r in L.silent(0.1) if r.op != ACK]
+        check(not rest, "QP in error sent data: %s", rest[:2])
+
+
+@case("MR-4.2.4 MR-3.5.6 MR-3.5.3",
+      "SEND without a receive WQE: NAK-RNR with the configured timer, packet not accepted")
+def t_rnr_responder(T):
+    with link(T, rnr_timer=0x33) as L:
+        raw, t = L.req_bytes(SEND, payload=b"rnr?", msn=0, ssn=0)
+        L.msn, L.ssn = 1, 1
+        L.send_raw(raw, 0)
+        a = L.recv(1.0, lambda r: r.op == ACK)
+        check(a is not None and a.ack.syndrome == SYN_RNR, "expected NAK-RNR, got %s", a)
+        check(a.ack.rnr_timer == 0x33, "RNR timer %#x, configured 0x33", a.ack.rnr_timer)
+        check(a.ack.cum_tsn == t and t not in a.ack.sacked(), "RNR'd packet was acknowledged")
+        check(a.ack.msn == 0 and a.ack.nak_tsn == t, "RNR NAK names %d/%d", a.ack.msn, a.ack.nak_tsn)
+        T.dut.cmd("post_recv qpn=%#x wr=9 len=64" % L.dqpn)
+        L.send_raw(raw, 1)
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check(c and c[0]["wr"] == 9 and c[0]["len"] == 4, "completion after retry: %s", c)
+        check(L.cum_reaches((t + 1) & 0xFFFFFFFF) is not None, "retried SEND not acknowledged")
+
+
+# ---------------------------------------------------------------------------
+# 5. The DUT as requester: spraying, SACK-driven retransmission, timers
+# ---------------------------------------------------------------------------
+
+def post(T, L, wr, op, **kw):
+    s = "post_send qpn=%#x wr=%d op=%s" % (L.dqpn, wr, op)
+    for k, v in kw.items():
+        s += " %s=%s" % (k, v.hex() if isinstance(v, bytes) else v)
+    T.dut.cmd(s)
+
+
+def collect(L, n, timeout=1.0, pred=data_pred):
+    """Receives n packets matching pred (first transmissions unless pred says otherwise)."""
+    out = []
+    end = time.monotonic() + timeout
+    while len(out) < n:
+        r = L.recv(max(0.0, end - time.monotonic()), pred)
+        if r is None:
+            break
+        out.append(r)
+    return out
+
+
+def first_tx(r):
+    return data_pred(r) and not r.flags & M.F_RETX
+
+
+@case("MR-6.1.1 MR-6.2.1 MR-6.2.2 MR-5.1.1 MR-5.1.2 MR-2.3.2 MR-2.5.1 MR-2.6.2 MR-4.1.1 "
+      "MR-5.4.5 MR-3.3.1 MR-4.1.4 MR-7.1.2 MR-6.1.3 MR-8.1.1 MR-8.2.2 MR-11.1.4",
+      "DUT WRITE: sprayed round-robin over 4 distinct ports, per-path PSNs, MTU segmentation")
+def t_spray(T):
+    with link(T, init_window=4 * 8 * 1024) as L:
+        data = pattern(8 * 1024 - 100, 5)
+        post(T, L, 1, "write", len=len(data), va=0x1000, rkey=0x42, data=data)
+        rx = collect(L, 8, 1.0, first_tx)
+        check(len(rx) == 8, "got %d of 8 packets", len(rx))
+        rx.sort(key=lambda r: (r.p.tsn - L.dtsn0) & 0xFFFFFFFF)
+        check([(r.p.tsn - L.dtsn0) & 0xFFFFFFFF for r in rx] == list(range(8)),
+              "TSNs do not start at the initial TSN and increase by one")
+        paths = [r.p.path for r in rx]
+        check(paths == [paths[0], (paths[0] + 1) % 4, (paths[0] + 2) % 4, (paths[0] + 3) % 4] * 2,
+              "not round-robin: %s", paths)
+        ports = {}
+        for r in rx:
+            ports.setdefault(r.p.path, set()).add(r.sport)
+        check(all(len(v) == 1 for v in ports.values()) and len({min(v) for v in ports.values()}) == 4,
+              "paths do not map to 4 distinct source ports: %s", ports)
+        check(all(49152 <= r.sport <= 65535 for r in rx), "source port outside 49152-65535")
+        for p in range(4):
+            ps = [r.p.psn for r in rx if r.p.path == p]
+            check(ps[1] == (ps[0] + 1) & 0xFFFFFFFF, "path %d PSNs %s not consecutive", p, ps)
+        got = b""
+        for i, r in enumerate(rx):
+            q = r.req
+            check(r.op == WRITE and q.msn == 0 and q.msglen == len(data) and q.rkey == 0x42 and
+                  q.va == 0x1000 and q.offset == 1024 * i and q.ssn == 0 and q.imm == 0,
+                  "REQH of packet %d: %s", i, q.summary())
+            pl = r.payload()
+            check(len(pl) == (1024 if i < 7 else len(data) - 7 * 1024), "payload size %d", len(pl))
+            check(bool(r.flags & M.F_LAST) == (i == 7), "LAST on packet %d", i)
+            check(r.tos & 3 == 2, "not ECT(0)")
+            got += pl
+        check(rx[7].flags & M.F_ACK_REQ, "no ACK_REQ on the last packet")
+        check(got == data, "payload differs")
+        check(not [r for r in L.silent(0.0) if first_tx(r)], "more than 8 packets")
+        c = T.dut.poll_cq(L.dqpn)
+        check(not c, "completion before any ACK: %s", c)
+        ack_all(L, rx, 1)
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check(c and c[0]["wr"] == 1 and c[0]["status"] == WC_SUCCESS and c[0]["opcode"] == "write",
+              "completion %s", c)
+
+
+@case("MR-4.3.1 MR-3.5.3",
+      "WRITE completes only when acknowledged AND reported delivered (ACK MSN past it)")
+def t_completion_needs_delivery(T):
+    with link(T) as L:
+        post(T, L, 1, "write", len=100, va=0, rkey=1)
+        rx = collect(L, 1, 1.0, first_tx)
+        check(rx, "no packet")
+        ack_all(L, rx, 0)                         # acked but MSN 0: not delivered
+        c = T.dut.wait_cq(L.dqpn, 1, 150)
+        check(not c, "WRITE completed before the responder reported delivery: %s", c)
+        ack_all(L, [], 1) if False else L.ack((L.dtsn0 + 1) & 0xFFFFFFFF, path=rx[0].p.path,
+                                             echo_psn=rx[0].p.psn, echo_ts=rx[0].p.ts, rcv=0, msn=1)
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check(c and c[0]["status"] == WC_SUCCESS, "no completion after delivery: %s", c)
+
+
+def selective(T, ack_delay_field=0):
+    with link(T, init_window=4 * 8 * 1024, paths=4) as L:
+        post(T, L, 1, "write", len=24 * 1024, va=0, rkey=1)
+        rx = collect(L, 24, 1.0, first_tx)
+        check(len(rx) == 24, "got %d of 24 packets", len(rx))
+        orig = {r.p.tsn: r for r in rx}
+        by_path = {}
+        for r in rx:
+            by_path.setdefault(r.p.path, []).append(r)
+        lost = {by_path[1][0].p.tsn, by_path[2][1].p.tsn}
+        R = Receiver(L)
+        for r in rx:
+            if r.p.tsn not in lost:
+                R.take(r)
+        before = T.dut.paths(L.dqpn) if T.dut.has("paths") else None
+        for p in range(4):
+            R.ack_path(p, msn=0)
+        re = collect(L, 2, 0.15, lambda r: data_pred(r))
+        extra = [r for r in L.silent(0.08) if data_pred(r)]
+        check(len(re) == 2, "expected 2 retransmissions, got %s", re)
+        check({r.p.tsn for r in re} == lost and {r.p.tsn for r in extra} <= lost,
+              "retransmitted %s (+%s), lost were %s", [r.p.tsn for r in re],
+              [r.p.tsn for r in extra], sorted(lost))
+        for r in re:
+            o = orig[r.p.tsn]
+            check(r.flags & M.F_RETX and r.flags & M.F_ACK_REQ, "RETX/ACK_REQ missing: %s", r)
+            check(r.raw[20:] == o.raw[20:] and r.op == o.op and
+                  (r.flags & ~(M.F_RETX | M.F_ACK_REQ)) == (o.flags & ~(M.F_RETX | M.F_ACK_REQ)),
+                  "retransmission differs from the original beyond MRH path/PSN/ts/flags")
+            check(r.p.path != o.p.path, "retransmitted on the path it was lost on (%d)", r.p.path)
+            hi = max((x.p.psn for x in rx if x.p.path == r.p.path),
+                     key=lambda v: (v - by_path[r.p.path][0].p.psn) & 0xFFFFFFFF)
+            check(seq_lt(hi, r.p.psn), "retransmission did not take a new PSN of its path")
+        if before is not None:
+            after = T.dut.paths(L.dqpn)
+            for p in (1, 2):
+                check(after[p]["cwnd"] >= before[p]["cwnd"],
+                      "loss reduced path %d window %d -> %d", p, before[p]["cwnd"], after[p]["cwnd"])
+        for r in re:
+            R.take(r)
+        for p in range(4):
+            R.ack_path(p, msn=1)
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check(c and c[0]["status"] == WC_SUCCESS, "completion %s", c)
+
+
+@case("MR-5.3.2 MR-5.4.2 MR-5.1.1 MR-5.1.2 MR-5.2.3 MR-5.3.1 MR-5.4.5 MR-6.2.2 MR-8.3.4",
+      "SACK gap: the DUT retransmits exactly the missing packets, on another path, window kept")
+def t_selective_retransmit(T):
+    selective(T)
+
+
+@case("MR-5.3.3", "RACK: a packet with a later PSN acked on its path is retransmitted soon")
+def t_rack(T):
+    with link(T, paths=1, init_window=8 * 1024) as L:
+        post(T, L, 1, "write", len=3 * 1024, va=0, rkey=1)
+        rx = collect(L, 3, 1.0, first_tx)
+        check(len(rx) == 3, "got %d packets", len(rx))
+        rx.sort(key=lambda r: (r.p.tsn - L.dtsn0) & 0xFFFFFFFF)
+        # Only the middle packet arrives: PSN+1 acked, below the SACK threshold 3.
+        L.ack(L.dtsn0, [rx[1].p.tsn], path=0, echo_psn=rx[1].p.psn, echo_ts=rx[1].p.ts, rcv=1)
+        r = L.recv(0.15, lambda r: data_pred(r) and r.p.tsn == rx[0].p.tsn)
+        check(r is not None, "first packet not retransmitted (RACK) within 150 ms "
+              "(path RTO floor 200 ms)")
+
+
+@case("MR-5.2.3 MR-9.3.1", "an ACK for TSNs never sent is ignored")
+def t_ack_future_ignored(T):
+    with link(T) as L:
+        post(T, L, 1, "write", len=100, va=0, rkey=1)
+        rx = collect(L, 1, 1.0, first_tx)
+        check(rx, "no packet")
+        L.ack((L.dtsn0 + 1000) & 0xFFFFFFFF, path=rx[0].p.path, echo_psn=rx[0].p.psn,
+              echo_ts=rx[0].p.ts, msn=5)
+        c = T.dut.wait_cq(L.dqpn, 1, 150)
+        check(not c, "completion from an ACK beyond what was sent: %s", c)
+        ack_all(L, rx, 1)
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check(c and c[0]["status"] == WC_SUCCESS, "no completion after a proper ACK: %s", c)
+
+
+def bad_ack_ignored(T, **ackkw):
+    with link(T) as L:
+        post(T, L, 1, "write", len=100, va=0, rkey=1)
+        rx = collect(L, 1, 1.0, first_tx)
+        check(rx, "no packet")
+        r = rx[0]
+        L.ack((L.dtsn0 + 1) & 0xFFFFFFFF, path=r.p.path, echo_psn=r.p.psn, echo_ts=r.p.ts,
+              msn=1, **ackkw)
+        c = T.dut.wait_cq(L.dqpn, 1, 150)
+        return L, rx, c
+
+
+@case("MR-3.5.1", "an ACK whose SACK length is not 32 is discarded")
+def t_ack_bad_sack_len(T):
+    for sl in (0, 16, 33):
+        L, rx, c = bad_ack_ignored(T, sack_len=sl)
+        check(not c, "ACK with SACK length %d was processed: %s", sl, c)
+
+
+@case("MR-3.5.2", "an ACK with a reserved syndrome is discarded")
+def t_ack_bad_syndrome(T):
+    for syn in (6, 0x80, 0xff):
+        L, rx, c = bad_ack_ignored(T, syndrome=syn)
+        check(not c, "ACK with syndrome %d was processed: %s", syn, c)
+
+
+@case("MR-3.5.5 MR-3.5.2", "NAK-SEQUENCE: cumulative TSN processed, no go-back-N, QP stays usable")
+def t_nak_sequence_ignored(T):
+    with link(T) as L:
+        post(T, L, 1, "write", len=3 * 1024, va=0, rkey=1)
+        rx = collect(L, 3, 1.0, first_tx)
+        check(len(rx) == 3, "got %d packets", len(rx))
+        rx.sort(key=lambda r: (r.p.tsn - L.dtsn0) & 0xFFFFFFFF)
+        r = rx[2]
+        # NAK-SEQUENCE naming the first packet, but acking everything.
+        L.ack((L.dtsn0 + 3) & 0xFFFFFFFF, path=r.p.path, echo_psn=r.p.psn, echo_ts=r.p.ts,
+              syndrome=SYN_SEQ, nak_tsn=L.dtsn0, msn=0)
+        again = [x for x in L.silent(0.12) if data_pred(x)]
+        check(not again, "packets resent after a NAK-SEQUENCE that acked them: %s", again[:3])
+        L.ack((L.dtsn0 + 3) & 0xFFFFFFFF, path=r.p.path, echo_psn=r.p.psn, echo_ts=r.p.ts,
+              rcv=0, msn=1)
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check(c and c[0]["status"] == WC_SUCCESS, "QP not usable after NAK-SEQUENCE: %s", c)
+
+
+@case("MR-7.3.3 MR-7.4.1 MR-3.5.3",
+      "fatal NAK: earlier WRs succeed, the named WR gets the mapped error, later WRs flush")
+def t_fatal_nak_requester(T):
+    for syn, st in ((SYN_ACCESS, WC_REM_ACCESS_ERR), (SYN_INVALID, WC_REM_INV_REQ_ERR),
+                    (SYN_REMOTE_OP, WC_REM_OP_ERR)):
+        with link(T) as L:
+            for i in range(3):
+                post(T, L, 10 + i, "write", len=64, va=0, rkey=1)
+            rx = collect(L, 3, 1.0, first_tx)
+            check(len(rx) == 3, "got %d packets", len(rx))
+            rx.sort(key=lambda r: (r.p.tsn - L.dtsn0) & 0xFFFFFFFF)
+            r = rx[1]
+            L.ack((L.dtsn0 + 3) & 0xFFFFFFFF, path=r.p.path, echo_psn=r.p.psn, echo_ts=r.p.ts,
+                  syndrome=syn, msn=1, nak_tsn=r.p.tsn)
+            c = T.dut.wait_cq(L.dqpn, 3, 1000)
+            check([(x["wr"], x["status"]) for x in c] ==
+                  [(10, WC_SUCCESS), (11, st), (12, WC_WR_FLUSH_ERR)],
+                  "syndrome %d: completions %s", syn, c)
+
+
+@case("MR-7.4.2", "unsignaled WRs complete silently on success but report a flush")
+def t_unsignaled(T):
+    with link(T) as L:
+        post(T, L, 1, "write", len=8, va=0, rkey=1, flags="unsignaled")
+        post(T, L, 2, "write", len=8, va=0, rkey=1)
+        rx = collect(L, 2, 1.0, first_tx)
+        ack_all(L, rx, 2)
+        c = T.dut.wait_cq(L.dqpn, 2, 300)
+        check([x["wr"] for x in c] == [2], "completions %s (expected only wr 2)", c)
+        post(T, L, 3, "write", len=8, va=0, rkey=1, flags="unsignaled")
+        T.dut.cmd("set_error qpn=%#x" % L.dqpn)
+        c = T.dut.wait_cq(L.dqpn, 1, 500)
+        check(c and c[0]["wr"] == 3 and c[0]["status"] == WC_WR_FLUSH_ERR,
+              "unsignaled WR not flushed with an error completion: %s", c)
+
+
+@case("MR-4.5.1", "posting beyond the queue depth is refused, no completion lost")
+def t_queue_full(T):
+    with link(T) as L:
+        n = 0
+        try:
+            for i in range(1000):
+                T.dut.cmd("post_recv qpn=%#x wr=%d len=8" % (L.dqpn, i))
+                n += 1
+        except DutError as e:
+            check("QueueFull" in str(e) or "full" in str(e).lower(), "refusal reason %s", e)
+        check(0 < n < 1000, "receive queue never refused a post")
+        T.dut.cmd("set_error qpn=%#x" % L.dqpn)
+        c = T.dut.wait_cq(L.dqpn, n, 2000)
+        check(len(c) == n and [x["wr"] for x in c] == list(range(n)),
+              "%d flush completions for %d posted WRs", len(c), n)
