@@ -123,7 +123,7 @@ pub(crate) fn device_caps(dev: &IbDev) -> DeviceCaps {
         max_sge: 32,
         max_sge_rd: 32,
         max_cq: 16384,
-        max_cqe: (1 << 16) - 1,
+        max_cqe: crate::cq::MAX_CQE,
         max_mr: 65536,
         max_pd: 65536,
         max_qp_rd_atom: 128,

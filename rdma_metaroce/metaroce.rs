@@ -13,6 +13,7 @@
 
 use kernel::prelude::*;
 
+mod cq;
 mod device;
 mod ffi;
 #[path = "../proto/src/lib.rs"]
@@ -47,6 +48,8 @@ struct MetaRoce {
     /// `Some` until drop; dropped first so no new device can appear during teardown.
     link: Option<ffi::LinkOps>,
     _netdev_events: Pin<KBox<ffi::NetdevNotifier>>,
+    /// Dropped last: every device hangs under it.
+    _parent: ffi::ParentDevice,
 }
 
 impl kernel::Module for MetaRoce {
@@ -62,12 +65,14 @@ impl kernel::Module for MetaRoce {
             return Err(EINVAL);
         }
         ffi::registry_init();
+        let parent = ffi::ParentDevice::register()?;
         let notifier = KBox::pin_init(ffi::NetdevNotifier::register(), GFP_KERNEL)?;
         let link = ffi::LinkOps::register();
         pr_info!("loaded: UDP port {}, {} paths per connection\n", port, paths);
         Ok(MetaRoce {
             link: Some(link),
             _netdev_events: notifier,
+            _parent: parent,
         })
     }
 }

@@ -3,6 +3,7 @@
  * C helpers for rdma_metaroce; see helpers.h. Forwarders only.
  */
 #include <linux/module.h>
+#include <linux/platform_device.h>
 #include "helpers.h"
 
 struct ib_device *mrc_ib_alloc_device(size_t size, struct net_device *ndev)
@@ -76,4 +77,23 @@ unsigned int mrc_num_possible_cpus(void)
 struct module *mrc_this_module(void)
 {
 	return THIS_MODULE;
+}
+
+struct device *mrc_parent_register(void)
+{
+	struct platform_device *pdev;
+
+	pdev = platform_device_register_simple("rdma_metaroce", PLATFORM_DEVID_NONE,
+					       NULL, 0);
+	return IS_ERR(pdev) ? NULL : &pdev->dev;
+}
+
+void mrc_parent_unregister(struct device *dev)
+{
+	platform_device_unregister(to_platform_device(dev));
+}
+
+void mrc_ib_set_parent(struct ib_device *ib, struct device *parent)
+{
+	ib->dev.parent = parent;
 }

@@ -37,4 +37,12 @@ unsigned int mrc_num_possible_cpus(void);
 /* THIS_MODULE of rdma_metaroce. */
 struct module *mrc_this_module(void);
 
+/* The platform device every MetaRoCE ib_device hangs under: its modalias
+ * ("platform:rdma_metaroce") is what the rdma-core provider matches. Returns the
+ * struct device, or NULL on failure. */
+struct device *mrc_parent_register(void);
+void mrc_parent_unregister(struct device *dev);
+/* ib_device->dev.parent = parent */
+void mrc_ib_set_parent(struct ib_device *ib, struct device *parent);
+
 #endif

@@ -7,6 +7,7 @@ use super::{link::LinkOps, raw, NetDev};
 use crate::device::DeviceData;
 use core::ffi::{c_int, CStr};
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicPtr, Ordering};
 use kernel::prelude::*;
 use kernel::types::Opaque;
 
@@ -157,6 +158,17 @@ impl IbDev {
             dev.num_comp_vectors = raw::mrc_num_possible_cpus() as c_int;
             dev.node_guid = node_guid_be;
             dev.link_ops = LinkOps::ops_ptr();
+            // The command-based provider (user ABI v1) posts and polls through these
+            // uverbs write commands, which ib_core leaves disabled unless asked.
+            for cmd in [
+                raw::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POLL_CQ,
+                raw::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_REQ_NOTIFY_CQ,
+                raw::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SEND,
+                raw::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_RECV,
+                raw::ib_uverbs_write_cmds_IB_USER_VERBS_CMD_POST_SRQ_RECV,
+            ] {
+                dev.uverbs_cmd_mask |= 1u64 << cmd;
+            }
             let desc = b"MetaRoCE\0";
             for (d, s) in dev.node_desc.iter_mut().zip(desc.iter()) {
                 *d = *s as _;
@@ -170,6 +182,12 @@ impl IbDev {
             err
         };
 
+        let parent = PARENT.load(Ordering::Acquire);
+        if !parent.is_null() {
+            // SAFETY: The parent device outlives every ib_device (module exit unregisters
+            // all devices before the parent); the ib_device is not registered yet.
+            unsafe { raw::mrc_ib_set_parent(ib.as_ptr(), parent) };
+        }
         registry_insert(ib, ndev.id()).map_err(undo)?;
         // SAFETY: Both are alive; ib_core takes its own netdev reference.
         let ret = unsafe { raw::ib_device_set_netdev(ib.as_ptr(), ndev.as_ptr(), 1) };
@@ -179,6 +197,46 @@ impl IbDev {
         kernel::error::to_result(ret).map_err(undo)?;
         registry_mark_registered(ib);
         Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The parent device.
+
+/// The `rdma_metaroce` platform device all ib_devices hang under; set while a
+/// [`ParentDevice`] exists.
+static PARENT: AtomicPtr<raw::device> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Owner of the platform device `rdma_metaroce`, the parent of every MetaRoCE
+/// ib_device. Userspace (the rdma-core provider) recognises MetaRoCE devices by its
+/// modalias, `platform:rdma_metaroce`, whatever the device's name.
+///
+/// # Invariants
+///
+/// `PARENT` holds the registered device from construction until drop.
+pub(crate) struct ParentDevice(());
+
+impl ParentDevice {
+    /// Registers the platform device (module init, once).
+    pub(crate) fn register() -> Result<Self> {
+        // SAFETY: Plain registration of a resource-less platform device.
+        let dev = unsafe { raw::mrc_parent_register() };
+        if dev.is_null() {
+            return Err(ENOMEM);
+        }
+        PARENT.store(dev, Ordering::Release);
+        Ok(Self(()))
+    }
+}
+
+impl Drop for ParentDevice {
+    fn drop(&mut self) {
+        let dev = PARENT.swap(core::ptr::null_mut(), Ordering::AcqRel);
+        if !dev.is_null() {
+            // SAFETY: Registered in `register`; by the module's teardown order no
+            // ib_device refers to it any more.
+            unsafe { raw::mrc_parent_unregister(dev) };
+        }
     }
 }
 
@@ -288,7 +346,7 @@ static OPS: StaticOps = StaticOps({
     ops.get_link_layer = Some(get_link_layer_cb);
     ops.query_pkey = Some(query_pkey_cb);
     ops.dealloc_driver = Some(dealloc_driver_cb);
-    ops
+    super::verbs::install(ops)
 });
 
 unsafe extern "C" fn query_device_cb(

@@ -23,10 +23,11 @@ pub(crate) mod raw;
 mod ibdev;
 mod link;
 mod netdev;
+mod verbs;
 
 pub(crate) use ibdev::{
-    registry_init, unregister_all, unregister_on_netdev, DeviceCaps, IbDev, IbMtu, PortInfo,
-    PortState,
+    registry_init, unregister_all, unregister_on_netdev, DeviceCaps, IbDev, IbMtu, ParentDevice,
+    PortInfo, PortState,
 };
 pub(crate) use link::LinkOps;
 pub(crate) use netdev::{NetDev, NetdevEvent, NetdevNotifier};

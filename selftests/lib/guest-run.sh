@@ -7,6 +7,9 @@ mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 # Forget leaks that predate the tests (boot-time allocations are not ours to judge).
 [ -w /sys/kernel/debug/kmemleak ] && echo clear > /sys/kernel/debug/kmemleak
 echo "guest: $(uname -r), flavour ${METAROCE_FLAVOUR:-?}" > "$OUT/guest.log"
+# Let unmodified verbs programs find the MetaRoCE provider in the repo's build dir.
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+[ -f "$REPO/rdma-core-provider/env.sh" ] && . "$REPO/rdma-core-provider/env.sh" "$REPO/rdma-core-provider/out"
 rc=0
 bash -c "$(cat "$OUT/.cmd")" >> "$OUT/guest.log" 2>&1 || rc=$?
 if [ -w /sys/kernel/debug/kmemleak ]; then

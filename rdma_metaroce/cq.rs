@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Completion queues: a bounded ring of work completions, arming for completion
+//! events (`req_notify_cq`), and overflow detection. Safe code; the FFI layer turns
+//! entries into `struct ib_wc` and calls the consumer's completion handler.
+
+use kernel::new_spinlock;
+use kernel::prelude::*;
+use kernel::sync::SpinLock;
+
+/// Largest CQ a consumer may create (`max_cqe` in `query_device`).
+pub(crate) const MAX_CQE: u32 = (1 << 16) - 1;
+
+/// Completion status, mirroring `enum ib_wc_status` values that MetaRoCE produces.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u32)]
+pub(crate) enum WcStatus {
+    Success = 0,
+    LocalLengthError = 1,
+    LocalProtectionError = 4,
+    WrFlushError = 5,
+    RemoteInvalidRequest = 9,
+    RemoteAccessError = 10,
+    RemoteOperationError = 11,
+    RetryExceeded = 12,
+    RnrRetryExceeded = 13,
+}
+
+/// Completion opcode, mirroring `enum ib_wc_opcode`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u32)]
+pub(crate) enum WcOpcode {
+    Send = 0,
+    RdmaWrite = 1,
+    RdmaRead = 2,
+    CompSwap = 3,
+    FetchAdd = 4,
+    Recv = 128,
+    RecvRdmaWithImm = 129,
+}
+
+/// One work completion.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Wc {
+    pub(crate) wr_id: u64,
+    pub(crate) status: WcStatus,
+    pub(crate) opcode: WcOpcode,
+    pub(crate) byte_len: u32,
+    pub(crate) src_qp: u32,
+    pub(crate) imm: Option<u32>,
+    pub(crate) invalidated_rkey: Option<u32>,
+}
+
+/// What the consumer asked to be notified of (`ib_cq_notify_flags`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Arm {
+    /// Not armed.
+    None,
+    /// Next completion of any kind.
+    Next,
+    /// Next solicited (or error) completion.
+    Solicited,
+}
+
+/// Outcome of adding a completion.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Pushed {
+    /// Stored; `notify` says whether the consumer's handler must be called.
+    Stored { notify: bool },
+    /// The ring was full: the completion is lost and the CQ is in error
+    /// (reported to the consumer as `IB_EVENT_CQ_ERR`).
+    Overflow,
+}
+
+struct Ring {
+    /// Fixed capacity, allocated at creation: the packet path never allocates.
+    slots: KVec<Option<Wc>>,
+    head: usize,
+    len: usize,
+    arm: Arm,
+    overflowed: bool,
+}
+
+/// A completion queue.
+///
+/// # Invariants
+///
+/// `ring.slots.len()` is the capacity fixed at creation; `ring.len <= capacity`.
+#[pin_data]
+pub(crate) struct Cq {
+    /// Guards the ring; taken from process context and from the packet path
+    /// (softirq), hence a spinlock; nothing allocates or sleeps under it.
+    #[pin]
+    ring: SpinLock<Ring>,
+}
+
+impl Cq {
+    /// A CQ able to hold `cqe` completions (`EINVAL` above [`MAX_CQE`] or for 0).
+    pub(crate) fn new(cqe: u32) -> Result<impl PinInit<Self, Error>> {
+        if cqe == 0 || cqe > MAX_CQE {
+            return Err(EINVAL);
+        }
+        let n = cqe as usize;
+        let mut slots = KVec::with_capacity(n, GFP_KERNEL)?;
+        for _ in 0..n {
+            slots.push(None, GFP_KERNEL)?;
+        }
+        let ring = Ring { slots, head: 0, len: 0, arm: Arm::None, overflowed: false };
+        Ok(try_pin_init!(Self {
+            ring <- new_spinlock!(ring, "metaroce_cq"),
+        }))
+    }
+
+    /// Capacity (the `cqe` reported back to the consumer).
+    pub(crate) fn capacity(&self) -> u32 {
+        self.ring.lock().slots.len() as u32
+    }
+
+    /// Adds a completion (called by the data path, possibly in softirq context).
+    pub(crate) fn push(&self, wc: Wc, solicited: bool) -> Pushed {
+        let mut r = self.ring.lock();
+        let cap = r.slots.len();
+        if r.len == cap || r.overflowed {
+            r.overflowed = true;
+            return Pushed::Overflow;
+        }
+        let tail = (r.head + r.len) % cap;
+        r.slots[tail] = Some(wc);
+        r.len += 1;
+        let notify = match r.arm {
+            Arm::None => false,
+            Arm::Next => true,
+            Arm::Solicited => solicited || wc.status != WcStatus::Success,
+        };
+        if notify {
+            r.arm = Arm::None;
+        }
+        Pushed::Stored { notify }
+    }
+
+    /// Removes up to `max` completions in order, handing each to `f`.
+    pub(crate) fn poll(&self, max: usize, mut f: impl FnMut(usize, &Wc)) -> usize {
+        let mut r = self.ring.lock();
+        let cap = r.slots.len();
+        let mut n = 0;
+        while n < max && r.len > 0 {
+            let head = r.head;
+            if let Some(wc) = r.slots[head].take() {
+                f(n, &wc);
+            }
+            r.head = (head + 1) % cap;
+            r.len -= 1;
+            n += 1;
+        }
+        n
+    }
+
+    /// Arms the CQ; returns whether completions are already waiting (for
+    /// `IB_CQ_REPORT_MISSED_EVENTS`).
+    pub(crate) fn arm(&self, arm: Arm) -> bool {
+        let mut r = self.ring.lock();
+        // A pending "next" request is not downgraded by a later "solicited" one.
+        if !(r.arm == Arm::Next && arm == Arm::Solicited) {
+            r.arm = arm;
+        }
+        r.len > 0
+    }
+}
+
+#[kunit_tests(rdma_metaroce_cq)]
+mod tests {
+    use super::*;
+
+    fn wc(id: u64, status: WcStatus) -> Wc {
+        Wc {
+            wr_id: id,
+            status,
+            opcode: WcOpcode::Send,
+            byte_len: 0,
+            src_qp: 0,
+            imm: None,
+            invalidated_rkey: None,
+        }
+    }
+
+    #[test]
+    fn completions_come_out_in_order_and_overflow_is_reported() -> Result {
+        let cq = KBox::pin_init(Cq::new(2)?, GFP_KERNEL)?;
+        assert_eq!(cq.push(wc(1, WcStatus::Success), false), Pushed::Stored { notify: false });
+        assert_eq!(cq.push(wc(2, WcStatus::Success), false), Pushed::Stored { notify: false });
+        assert_eq!(cq.push(wc(3, WcStatus::Success), false), Pushed::Overflow);
+        let mut seen = [0u64; 4];
+        let n = cq.poll(4, |i, w| seen[i] = w.wr_id);
+        assert_eq!(n, 2);
+        assert_eq!(&seen[..2], &[1, 2]);
+        Ok(())
+    }
+
+    #[test]
+    fn arming_notifies_once_and_respects_solicited() -> Result {
+        let cq = KBox::pin_init(Cq::new(8)?, GFP_KERNEL)?;
+        assert!(!cq.arm(Arm::Solicited));
+        assert_eq!(cq.push(wc(1, WcStatus::Success), false), Pushed::Stored { notify: false });
+        assert_eq!(cq.push(wc(2, WcStatus::Success), true), Pushed::Stored { notify: true });
+        assert_eq!(cq.push(wc(3, WcStatus::Success), true), Pushed::Stored { notify: false });
+        assert!(cq.arm(Arm::Next));
+        assert_eq!(cq.push(wc(4, WcStatus::RetryExceeded), false), Pushed::Stored { notify: true });
+        assert!(Cq::new(0).is_err());
+        assert!(Cq::new(MAX_CQE + 1).is_err());
+        Ok(())
+    }
+}
