@@ -370,13 +370,18 @@ int main(int argc, char **argv)
 	char inl[32] = "inline+imm";
 	ibv_wr_start(qpx);
 	qpx->wr_id = 3;
-	qpx->wr_flags = IBV_SEND_SIGNALED;
+	/* IBV_SEND_INLINE too: rdma-core 65's rxe provider needs it beside
+	 * ibv_wr_set_inline_data(), or its kernel reads the data as SGEs. */
+	qpx->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
 	ibv_wr_send_imm(qpx, htobe32(0xC0FFEE));
 	ibv_wr_set_inline_data(qpx, inl, sizeof(inl));
 	memset(inl, 'X', sizeof(inl));
 	if ((errno = ibv_wr_complete(qpx)))
 		FAIL("ibv_wr_complete (inline SEND_WITH_IMM)");
-	poll_one_ex(cq_a, &op, "inline SEND_WITH_IMM");
+	if (poll_one_ex(cq_a, &op, "inline SEND_WITH_IMM") != 3 || op != IBV_WC_SEND) {
+		errno = EINVAL;
+		FAIL("unexpected inline SEND_WITH_IMM completion");
+	}
 	poll_one(cq_b, &wc, "receive of SEND_WITH_IMM");
 	if (!(wc.wc_flags & IBV_WC_WITH_IMM) || be32toh(wc.imm_data) != 0xC0FFEE ||
 	    strcmp(dst, "inline+imm")) {
