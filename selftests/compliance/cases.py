@@ -1254,3 +1254,292 @@ def t_queue_full(T):
         c = T.dut.wait_cq(L.dqpn, n, 2000)
         check(len(c) == n and [x["wr"] for x in c] == list(range(n)),
               "%d flush completions for %d posted WRs", len(c), n)
+
+
+# ---------------------------------------------------------------------------
+# 6. Timers: TLP, path timeout, connection RTO, retries; RNR at the requester
+# ---------------------------------------------------------------------------
+
+@case("MR-5.3.4 MR-5.3.5 MR-5.5.2 MR-5.5.3 MR-8.3.5",
+      "unanswered data: TLP on another path after ~2 srtt, then timeouts with backoff, no storm")
+def t_rto_timing(T):
+    irtt, prto, rto = 20000, 100000, 250000
+    with link(T, paths=2, initial_rtt_us=irtt, min_path_rto_us=prto, min_rto_us=rto,
+              max_rto_us=2000000) as L:
+        post(T, L, 1, "write", len=64, va=0, rkey=1)
+        rx = collect(L, 1, 1.0, first_tx)
+        check(rx, "no packet")
+        t0, p0 = rx[0].t, rx[0].p.path
+        re = []
+        end = time.monotonic() + 1.6
+        while time.monotonic() < end:
+            r = L.recv(end - time.monotonic(), data_pred)
+            if r is None:
+                break
+            re.append(r)
+        check(re, "nothing retransmitted within 1.6 s")
+        dts = [(r.t - t0) * 1e3 for r in re]
+        tlp_lo = 2 * irtt / 1e3 * 0.8
+        check(dts[0] >= tlp_lo, "first retransmission after %.1f ms, earlier than 2 srtt (%.0f ms)",
+              dts[0], 2 * irtt / 1e3)
+        check(dts[0] <= prto / 1e3 + 60, "first retransmission only after %.1f ms", dts[0])
+        check(re[0].p.path != p0, "tail-loss probe on the same path")
+        check(all(r.p.tsn == rx[0].p.tsn and r.flags & M.F_RETX for r in re),
+              "retransmissions of other TSNs or without RETX")
+        check(len(re) <= 8, "%d retransmissions of one packet in 1.6 s (no backoff)", len(re))
+        gaps = [b - a for a, b in zip(dts, dts[1:])]
+        # Path timeouts (MR-5.3.5) and the connection RTO (MR-5.5.3) are separate
+        # timers and may fire close together, but never twice within the path RTO floor.
+        for a, b in zip(dts[1:], dts[3:]):
+            check(b - a >= prto / 1e3 * 0.8, "3 retransmissions within %.0f ms: %s", b - a,
+                  [round(x) for x in dts])
+        check(not gaps or gaps[-1] >= prto / 1e3 * 0.9, "no backoff: gaps %s",
+              [round(g) for g in gaps])
+        if T.dut.has("counters"):
+            c = counters(T, L)
+            check(c["tlp"] >= 1 and (c["path_timeouts"] + c["rto"]) >= 1, "counters %s", c)
+
+
+@case("MR-5.5.3 MR-7.3.3 MR-7.3.4 MR-7.3.1",
+      "retries exhausted: RETRY_EXC_ERR on the oldest WR, later WRs flushed")
+def t_retry_exceeded(T):
+    with link(T, paths=1, retry_cnt=1, min_rto_us=60000, min_path_rto_us=30000,
+              initial_rtt_us=5000, max_rto_us=120000) as L:
+        post(T, L, 1, "write", len=64, va=0, rkey=1)
+        post(T, L, 2, "write", len=64, va=0, rkey=1)
+        c = T.dut.wait_cq(L.dqpn, 2, 3000)
+        check([(x["wr"], x["status"]) for x in c] == [(1, WC_RETRY_EXC_ERR), (2, WC_WR_FLUSH_ERR)],
+              "completions %s", c)
+
+
+@case("MR-4.2.5 MR-3.5.6 MR-5.4.5",
+      "NAK-RNR at the requester: silence for the RNR timer, then the message is resent")
+def t_rnr_requester(T):
+    code = 15 << 3          # (8+0) * 2^15 / 8 us = 32.8 ms
+    with link(T, min_path_rto_us=1000000, min_rto_us=2000000, initial_rtt_us=200000) as L:
+        post(T, L, 1, "send", len=2000)
+        rx = collect(L, 2, 1.0, first_tx)
+        check(len(rx) == 2, "got %d packets", len(rx))
+        rx.sort(key=lambda r: (r.p.tsn - L.dtsn0) & 0xFFFFFFFF)
+        r = rx[0]
+        tn = time.monotonic()
+        L.ack(L.dtsn0, path=r.p.path, echo_psn=r.p.psn, echo_ts=r.p.ts, syndrome=SYN_RNR,
+              rnr_timer=code, msn=0, nak_tsn=L.dtsn0)
+        # A second RNR NAK while waiting must be ignored (no extra wait, no extra retry).
+        L.ack(L.dtsn0, path=r.p.path, echo_psn=r.p.psn, echo_ts=r.p.ts, syndrome=SYN_RNR,
+              rnr_timer=code, msn=0, nak_tsn=L.dtsn0)
+        re = collect(L, 2, 1.0, data_pred)
+        check(len(re) == 2, "message not resent after the RNR timer (%d packets)", len(re))
+        dt = (re[0].t - tn) * 1e3
+        check(dt >= M.rnr_delay_us(code) / 1e3 * 0.95, "resent %.1f ms after RNR NAK, timer is "
+              "%.1f ms", dt, M.rnr_delay_us(code) / 1e3)
+        check(dt <= M.rnr_delay_us(code) / 1e3 + 150, "resent only after %.1f ms", dt)
+        check({x.p.tsn for x in re} == {x.p.tsn for x in rx}, "resent TSNs differ")
+        check(all(x.flags & M.F_RETX and x.flags & M.F_ACK_REQ for x in re), "RETX/ACK_REQ missing")
+        ack_all(L, re, 1)
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check(c and c[0]["status"] == WC_SUCCESS, "completion %s", c)
+
+
+@case("MR-4.2.5 MR-7.3.3", "RNR retries exhausted: RNR_RETRY_EXC_ERR")
+def t_rnr_retry_exceeded(T):
+    with link(T, rnr_retry=1, min_path_rto_us=1000000, min_rto_us=2000000) as L:
+        post(T, L, 1, "send", len=10)
+        for i in range(3):
+            r = L.recv(1.0, data_pred)
+            if r is None:
+                break
+            L.ack(L.dtsn0, path=r.p.path, echo_psn=r.p.psn, echo_ts=r.p.ts, syndrome=SYN_RNR,
+                  rnr_timer=0x08, msn=0, nak_tsn=L.dtsn0)
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check(c and c[0]["status"] == WC_RNR_RETRY_EXC_ERR, "completion %s", c)
+
+
+# ---------------------------------------------------------------------------
+# 7. Atomics exactly once
+# ---------------------------------------------------------------------------
+
+@case("MR-5.6.1 MR-5.6.2 MR-5.6.3 MR-5.2.2",
+      "duplicated and retransmitted atomics execute once; resent responses come from the cache")
+def t_atomic_once(T):
+    with link(T, min_path_rto_us=60000, min_rto_us=120000, initial_rtt_us=5000) as L:
+        rkey, va = mr(T, "a")
+        T.dut.cmd("mem_write rkey=%#x off=0 data=%s" % (rkey, p64(T, 100).hex()))
+        raw, t = L.req_bytes(FAA, rkey=rkey, va=va, msn=0, swap=5)
+        L.msn = 1
+        for p in range(3):                  # duplicated on three paths
+            L.send_raw(raw, p)
+        r = L.recv(1.0, lambda r: r.op == ATOMIC_RESP)
+        check(r is not None and struct.unpack(">Q", r.payload())[0] == 100, "response %s", r)
+        # Do not acknowledge the response; keep resending the request.
+        for p in range(3):
+            L.send_raw(raw, p)
+        check(u64(T, T.dut.mem_read(rkey, 0, 8)) == 105, "atomic executed more than once")
+        r2 = L.recv(1.0, lambda r: r.op == ATOMIC_RESP and r.flags & M.F_RETX)
+        check(r2 is not None, "unacknowledged ATOMIC_RESP never retransmitted")
+        check(struct.unpack(">Q", r2.payload())[0] == 100 and r2.p.tsn == r.p.tsn,
+              "retransmitted response %s carries another value/TSN", r2.payload().hex())
+        check(u64(T, T.dut.mem_read(rkey, 0, 8)) == 105, "atomic re-executed for the resend")
+        # Many atomics outstanding: replay cache of at least 16.
+        for i in range(16):
+            L.req(FAA, rkey=rkey, va=va, msn=1 + i, swap=1, path=i % 4)
+        L.msn = 17
+        rs = collect(L, 16, 1.0, lambda r: r.op == ATOMIC_RESP and not r.flags & M.F_RETX)
+        vals = sorted(struct.unpack(">Q", x.payload())[0] for x in rs)
+        check(vals == list(range(105, 121)), "16 outstanding atomics: originals %s", vals)
+        check(u64(T, T.dut.mem_read(rkey, 0, 8)) == 121, "final value")
+
+
+# ---------------------------------------------------------------------------
+# 8. Ordering (placement and delivery, observed through the endpoint's event log)
+# ---------------------------------------------------------------------------
+
+@case("MR-4.3.2 MR-4.3.3 MR-4.2.1 MR-4.4.1",
+      "write chain + WRITE_IMM in reverse arrival: completion after every write is placed, tails last")
+def t_write_chain_order(T):
+    need(T, "events")
+    with link(T) as L:
+        rkey, va = mr(T, "rw", size=16384)
+        T.dut.cmd("post_recv qpn=%#x wr=50 len=0" % L.dqpn)
+        T.dut.events()
+        msgs = [(0, 3000), (4096, 2100), (8192, 200)]
+        built = []
+        for i, (off, n) in enumerate(msgs):
+            op = WRITE_IMM if i == 2 else WRITE
+            ssn = 0 if op == WRITE_IMM else 0
+            segs = []
+            for k in range(0, n, 1024):
+                raw, t = L.req_bytes(op, payload=pattern(n, i)[k:k + 1024], msn=i, ssn=ssn,
+                                     offset=k, msglen=n, rkey=rkey, va=va + off, imm=7,
+                                     path=(i + k // 1024) % 4)
+                segs.append((raw, (i + k // 1024) % 4))
+            built.append(segs)
+        L.msn = 3
+        # READ after the chain: must observe every earlier WRITE.
+        rtsn = L.req(READ_REQ, rkey=rkey, va=va, msglen=3000, msn=3, path=1)
+        L.msn = 4
+        for segs in reversed(built):
+            for raw, p in reversed(segs):
+                L.send_raw(raw, p)
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check(c and c[0]["opcode"] == "recv_imm", "no WRITE_IMM completion: %s", c)
+        rs = collect(L, 3, 1.0, lambda r: r.op == READ_RESP)
+        got = b"".join(x.payload() for x in sorted(rs, key=lambda x: x.rsp.offset))
+        check(got == pattern(3000, 0), "READ after WRITE did not observe the WRITE")
+        ev = T.dut.events()
+        qp = "%#x" % L.dqpn
+        places = [(i, int(e[3], 16), int(e[4])) for i, e in enumerate(ev) if e[0] == "W" and e[1] == qp]
+        comp = [i for i, e in enumerate(ev) if e[0] == "C" and e[1] == qp and e[2] == "50"]
+        check(comp, "completion not in the event log")
+        for i, (off, n) in enumerate(msgs):
+            lo, hi = va + off, va + off + n
+            mine = [(j, a, ln) for j, a, ln in places if lo <= a < hi]
+            cov = sum(ln for _, _, ln in mine)
+            check(cov == n, "message %d: %d of %d bytes placed", i, cov, n)
+            check(all(j < comp[0] for j, _, _ in mine),
+                  "message %d placed after the WRITE_IMM completion", i)
+            last = max(mine, key=lambda x: x[0])
+            check(last[1] + last[2] == hi and last[2] <= 64,
+                  "message %d: last placement %#x+%d is not the final <=64 bytes", i,
+                  last[1] - lo, last[2])
+
+
+@case("MR-4.3.1 MR-4.4.4",
+      "requester completions in posting order; READ_RESP with wrong length or MSN is discarded")
+def t_completion_order(T):
+    with link(T) as L:
+        post(T, L, 1, "write", len=64, va=0, rkey=1)
+        post(T, L, 2, "read", len=100, va=0x2000, rkey=2)
+        post(T, L, 3, "write", len=64, va=0, rkey=1)
+        rx = collect(L, 3, 1.0, first_tx)
+        check(len(rx) == 3, "got %d packets", len(rx))
+        rx.sort(key=lambda r: (r.p.tsn - L.dtsn0) & 0xFFFFFFFF)
+        check(rx[1].op == READ_REQ and rx[1].req.msglen == 100 and rx[1].req.msn == 1,
+              "READ_REQ %s", rx[1])
+        data = pattern(100, 8)
+
+        def resp(msn, length, payload):
+            raw, t = L.req_bytes(WRITE, tsn=L.tsn)  # placeholder to reuse TSN accounting
+            p = L.mrh(READ_RESP, flags=M.F_LAST | M.F_ACK_REQ, path=0, tsn=L.next_tsn()) / \
+                M.RSPH(req_msn=msn, offset=0, resp_len=length)
+            L.send_raw(bytes(p) + payload, 0)
+
+        resp(1, 200, data)           # wrong Response Length: discarded
+        resp(7, 100, data)           # no such READ: discarded
+        # Acknowledge the READ and the last WRITE, but not the first WRITE.
+        L.ack(L.dtsn0, [rx[1].p.tsn, rx[2].p.tsn], path=rx[2].p.path, echo_psn=rx[2].p.psn,
+              echo_ts=rx[2].p.ts, msn=0)
+        c = T.dut.wait_cq(L.dqpn, 1, 150)
+        check(not c, "completion before the first WR was done: %s", c)
+        buf = bytes.fromhex(T.dut.cmd("local_buf qpn=%#x wr=2" % L.dqpn)["data"])
+        check(buf[:100] != data, "a discarded READ_RESP was placed")
+        resp(1, 100, data)
+        L.ack((L.dtsn0 + 3) & 0xFFFFFFFF, path=rx[0].p.path, echo_psn=rx[0].p.psn,
+              echo_ts=rx[0].p.ts, msn=3)
+        c = T.dut.wait_cq(L.dqpn, 3, 1000)
+        check([x["wr"] for x in c] == [1, 2, 3] and all(x["status"] == 0 for x in c),
+              "completions %s", c)
+        buf = bytes.fromhex(T.dut.cmd("local_buf qpn=%#x wr=2" % L.dqpn)["data"])
+        check(buf[:100] == data, "READ data not in the local buffer")
+
+
+@case("MR-4.4.3", "a fenced WR is not started before earlier READs complete")
+def t_fence(T):
+    with link(T) as L:
+        post(T, L, 1, "read", len=16, va=0, rkey=2)
+        post(T, L, 2, "write", len=16, va=0, rkey=1, flags="signaled,fence")
+        rx = collect(L, 2, 0.2, first_tx)
+        check(len(rx) == 1 and rx[0].op == READ_REQ, "fenced WRITE sent early: %s", rx)
+        p = L.mrh(READ_RESP, flags=M.F_LAST | M.F_ACK_REQ, path=0, tsn=L.next_tsn()) / \
+            M.RSPH(req_msn=0, offset=0, resp_len=16)
+        L.send_raw(bytes(p) + b"r" * 16, 0)
+        ack_all(L, rx, 1)
+        w = collect(L, 1, 1.0, lambda r: r.op == WRITE)
+        check(w, "fenced WRITE never sent after the READ completed")
+
+
+# ---------------------------------------------------------------------------
+# 9. Windows and limits at the requester
+# ---------------------------------------------------------------------------
+
+@case("MR-5.1.3", "never more than 256 TSNs outstanding")
+def t_tsn_window(T):
+    with link(T, mtu=256, init_window=1 << 20, max_window=1 << 20, min_path_rto_us=2000000,
+              min_rto_us=3000000, initial_rtt_us=500000, max_rto_us=6000000) as L:
+        post(T, L, 1, "write", len=300 * 256, va=0, rkey=1)
+        rx = collect(L, 300, 0.5, first_tx)
+        tsns = {(r.p.tsn - L.dtsn0) & 0xFFFFFFFF for r in rx}
+        check(len(tsns) == 256 and max(tsns) == 255,
+              "%d distinct TSNs outstanding (max offset %d), window is 256", len(tsns), max(tsns))
+
+
+@case("MR-4.1.2", "at most 32 messages beyond the oldest unacknowledged one")
+def t_msg_window(T):
+    with link(T, init_window=1 << 20, min_path_rto_us=2000000, min_rto_us=3000000,
+              initial_rtt_us=500000, max_rto_us=6000000) as L:
+        for i in range(40):
+            post(T, L, i, "write", len=8, va=0, rkey=1)
+        rx = collect(L, 40, 0.4, first_tx)
+        msns = sorted({r.req.msn for r in rx})
+        check(msns and max(msns) <= 32 and len(msns) >= 32,
+              "messages in flight: %d, highest MSN %s", len(msns), max(msns) if msns else None)
+
+
+@case("MR-4.4.2", "at most 16 READ/atomic requests outstanding")
+def t_rd_atomic_limit(T):
+    with link(T, min_path_rto_us=2000000, min_rto_us=3000000, initial_rtt_us=500000,
+              max_rto_us=6000000) as L:
+        for i in range(20):
+            post(T, L, i, "read", len=8, va=0, rkey=1)
+        rx = collect(L, 20, 0.4, first_tx)
+        check(len(rx) == 16, "%d READ requests outstanding, limit 16", len(rx))
+
+
+@case("MR-5.4.3", "transmit priority: the ACK of a READ_REQ precedes its READ_RESP")
+def t_tx_priority(T):
+    with link(T) as L:
+        rkey, va = mr(T, "r")
+        L.req(READ_REQ, rkey=rkey, va=va, msglen=64, msn=0)
+        L.msn = 1
+        first = L.recv(1.0)
+        check(first is not None and first.op == ACK, "first packet after READ_REQ: %s", first)
