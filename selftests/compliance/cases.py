@@ -1543,3 +1543,275 @@ def t_tx_priority(T):
         L.msn = 1
         first = L.recv(1.0)
         check(first is not None and first.op == ACK, "first packet after READ_REQ: %s", first)
+
+
+# ---------------------------------------------------------------------------
+# 10. Congestion control (window measured on the wire, per ACK round)
+# ---------------------------------------------------------------------------
+
+# A scripted peer's RTT jitter is far above the 6 us queueing target, so the
+# ECN and credit cases disable the delay signal (target 2 s) and the delay
+# case uses a 10 ms target with a 600 ms artificial queueing delay.
+CC_CONF = dict(paths=2, mtu=1024, init_window=16384, min_path_rto_us=3000000,
+               min_rto_us=4000000, max_rto_us=8000000, initial_rtt_us=500000)
+NO_DELAY = dict(target_qdelay_us=2000000)
+
+
+def burst(L, quiet=0.06, limit=2.0):
+    """First transmissions until the DUT goes quiet (window exhausted)."""
+    out = []
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        r = L.recv(quiet, first_tx)
+        if r is None:
+            break
+        out.append(r)
+    per = {}
+    for r in out:
+        per[r.p.path] = per.get(r.p.path, 0) + 1
+    return out, per
+
+
+def cwnds(T, L):
+    return [p["cwnd"] for p in T.dut.paths(L.dqpn)] if T.dut.has("paths") else None
+
+
+@case("MR-8.3.2 MR-8.2.1 MR-8.1.1 MR-8.2.2 MR-8.5.1 MR-8.6.1",
+      "ECN echo halves the marked path's window within one RTT (once per RTT); it recovers after")
+def t_cc_ecn(T):
+    with link(T, ecn_g_shift=0, **CC_CONF, **NO_DELAY) as L:
+        post(T, L, 1, "write", len=400 * 1024, va=0, rkey=1)
+        R = Receiver(L)
+        rx, per = burst(L)
+        check(per == {0: 8, 1: 8}, "initial burst %s, expected 8 per path (16 KiB / 2 paths)", per)
+        for r in rx:
+            R.take(r)
+        p0 = [r for r in rx if r.p.path == 0]
+        # Two CE echoes for path 0 back to back (less than one RTT apart).
+        for half in (p0[:4], p0[4:]):
+            hi = max(half, key=lambda r: (r.p.psn - p0[0].p.psn) & 0xFFFFFFFF)
+            L.ack(R.cum, path=0, echo_psn=hi.p.psn, echo_ts=hi.p.ts, rcv=4, ce=4, flags=M.AF_ECE)
+        R.path_cnt[0] = 0
+        R.ack_path(1, msn=0)
+        rx2, per2 = burst(L)
+        w = cwnds(T, L)
+        if w is not None:
+            check(w[0] == 4096, "path 0 window %d after a fully marked RTT, expected 8192/2 once", w[0])
+        check(1 <= per2.get(0, 0) <= 4, "marked path sent %d packets in the next RTT (window "
+              "8 KiB halved = 4)", per2.get(0, 0))
+        check(per2.get(1, 0) >= 8, "unmarked path sent only %d packets", per2.get(1, 0))
+        hist = [per2.get(0, 0)]
+        for rnd in range(4):
+            for r in rx2:
+                R.take(r)
+            for p in (0, 1):
+                R.ack_path(p, msn=0)
+            rx2, per2 = burst(L)
+            hist.append(per2.get(0, 0))
+        check(hist[-1] > hist[0], "path 0 did not recover after ECN stopped: bursts %s", hist)
+
+
+@case("MR-8.3.3 MR-8.2.1 MR-5.5.1",
+      "rising delay (echoed RTT above min_rtt + target) cuts the window by at most max_mdf")
+def t_cc_delay(T):
+    with link(T, target_qdelay_us=10000, **CC_CONF) as L:
+        post(T, L, 1, "write", len=400 * 1024, va=0, rkey=1)
+        R = Receiver(L)
+        rx, per = burst(L)
+        for r in rx:
+            R.take(r)
+        for p in (0, 1):
+            R.ack_path(p, msn=0)               # clean RTT samples: min_rtt
+        rx, per = burst(L)
+        before = cwnds(T, L)
+        for r in rx:
+            R.take(r)
+        hi = R.path_hi[0]
+        R.path_hi[0] = (hi[0], (hi[1] - 600_000_000) & 0xFFFFFFFF)    # +600 ms queueing
+        R.ack_path(0, msn=0)
+        R.ack_path(1, msn=0)
+        rx3, per3 = burst(L)
+        after = cwnds(T, L)
+        if before is not None:
+            check(abs(after[0] - before[0] // 2) <= 1,
+                  "path 0 window %d -> %d; delay 600 ms over target must cut by max_mdf (1/2)",
+                  before[0], after[0])
+        check(per3.get(0, 0) <= per.get(0, 0) // 2 + 1 and per3.get(0, 0) >= per.get(0, 0) // 2 - 1,
+              "path 0 burst %d -> %d after a delay signal", per.get(0, 0), per3.get(0, 0))
+        check(per3.get(1, 0) >= per.get(1, 0), "unaffected path shrank %d -> %d", per.get(1, 0),
+              per3.get(1, 0))
+
+
+@case("MR-8.4.2 MR-8.1.2 MR-8.4.1", "the receiver's credit hint caps the connection's bytes in flight")
+def t_cc_credit(T):
+    with link(T, **CC_CONF, **NO_DELAY) as L:
+        post(T, L, 1, "write", len=400 * 1024, va=0, rkey=1)
+        R = Receiver(L)
+        rx, per = burst(L)
+        for r in rx:
+            R.take(r)
+        R.ack_path(0, msn=0, credit=3 * 1024 // 256)
+        R.ack_path(1, msn=0, credit=3 * 1024 // 256)
+        rx2, per2 = burst(L)
+        check(len(rx2) <= 3, "%d packets in flight with a 3 KiB credit hint", len(rx2))
+        check(len(rx2) >= 1, "no packet at all under a 3 KiB credit hint")
+    with link(T) as L:
+        rkey, va = mr(T, "w")
+        T.dut.cmd("set_credit qpn=%#x bytes=8192" % L.dqpn)
+        L.req(WRITE, payload=b"c", rkey=rkey, va=va, msn=0)
+        a = L.recv_ack(1.0)
+        check(a is not None and a.ack.credit == 32, "advertised credit hint %s, expected 32 "
+              "(8 KiB in 256-byte units)", a and a.ack.credit)
+
+
+# ---------------------------------------------------------------------------
+# 11. Multipath: black-holed path, probing, repathing
+# ---------------------------------------------------------------------------
+
+def serve(L, R, duration, npkts, drop_port=None, answer_probes=False, log=None):
+    """Acts as a responder for a DUT bulk WRITE of npkts packets until all are
+    received (then acknowledges delivery) or `duration` passes."""
+    end = time.monotonic() + duration
+    done_at = (L.dtsn0 + npkts) & 0xFFFFFFFF
+    while time.monotonic() < end:
+        r = L.recv(min(0.05, max(0.0, end - time.monotonic())))
+        if r is None:
+            continue
+        if log is not None:
+            log.append(r)
+        if drop_port is not None and r.sport == drop_port:
+            continue
+        if r.op == PROBE:
+            if answer_probes:
+                L.ack(R.cum, path=r.p.path, echo_ts=r.p.ts, rcv=0, flags=M.AF_PROBE,
+                      echo_psn=R.path_hi.get(r.p.path, (0, 0))[0])
+            continue
+        if data_pred(r):
+            R.take(r)
+            R.ack_path(r.p.path, msn=1 if R.cum == done_at else 0)
+            if R.cum == done_at:
+                return True
+    return False
+
+
+@case("MR-5.3.5 MR-6.3.2 MR-6.1.1 MR-6.4.1 MR-6.4.3 MR-6.4.4 MR-3.2.7 MR-6.3.1",
+      "black-holed path: abandoned within the path RTO, probed with backoff on new ports")
+def t_blackhole(T):
+    prto = 50000
+    with link(T, paths=4, init_window=4 * 8 * 1024, min_path_rto_us=prto, min_rto_us=2000000,
+              max_rto_us=4000000, initial_rtt_us=5000) as L:
+        n = 1500
+        post(T, L, 1, "write", len=n * 1024, va=0, rkey=1)
+        R = Receiver(L)
+        first = collect(L, 1, 1.0, first_tx)
+        check(first, "no data")
+        L.T.backlog.insert(0, first[0])
+        bh_port = L.dut.paths(L.dqpn)[2]["port"] if T.dut.has("paths") else None
+        if bh_port is None:
+            raise Skip("needs the paths capability to name path 2's port")
+        log = []
+        ok = serve(L, R, 2.5, n, drop_port=bh_port, log=log)
+        check(ok, "transfer did not complete around the black hole (cum at %d of %d)",
+              (R.cum - L.dtsn0) & 0xFFFFFFFF, n)
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check(c and c[0]["status"] == WC_SUCCESS, "completion %s", c)
+        bh = [r for r in log if r.sport == bh_port and first_tx(r) and r.p.path == 2]
+        check(bh, "nothing was sent on path 2")
+        span = (bh[-1].t - bh[0].t) * 1e3
+        check(span <= prto / 1e3 + 150, "new data kept going to the black hole for %.0f ms "
+              "(path RTO floor %d ms)", span, prto // 1000)
+        for p in [r for r in log if r.op == PROBE]:
+            check(len(p.raw) == 88 and p.p.psn == 0 and p.p.tsn == 0,
+                  "PROBE format: len %d psn %d tsn %d", len(p.raw), p.p.psn, p.p.tsn)
+        probes = [r for r in log if r.op == PROBE and r.p.path == 2]
+        check(probes, "no PROBE sent on the timed-out path")
+        ports = [p.sport for p in probes]
+        check(len(set(ports)) >= 2 and ports[-1] != bh_port,
+              "path never moved to a new source port: probe ports %s", ports)
+        if len(probes) >= 3:
+            gaps = [b.t - a.t for a, b in zip(probes, probes[1:])]
+            check(gaps[-1] >= gaps[0] * 1.5, "probe intervals %s do not back off",
+                  [round(g * 1e3) for g in gaps])
+        tsns = {(r.p.tsn - L.dtsn0) & 0xFFFFFFFF for r in log if data_pred(r)}
+        check(max(tsns) == n - 1, "TSNs beyond the data (probes must not consume TSNs)")
+
+
+@case("MR-6.3.3 MR-6.4.3 MR-6.2.2",
+      "an answered probe returns the path to service on its new port")
+def t_probe_recovery(T):
+    prto = 50000
+    with link(T, paths=4, init_window=4 * 8 * 1024, min_path_rto_us=prto, min_rto_us=2000000,
+              max_rto_us=4000000, initial_rtt_us=5000) as L:
+        if not T.dut.has("paths"):
+            raise Skip("needs the paths capability")
+        n = 1500
+        post(T, L, 1, "write", len=n * 1024, va=0, rkey=1)
+        bh_port = T.dut.paths(L.dqpn)[2]["port"]
+        R = Receiver(L)
+        log = []
+        ok = serve(L, R, 2.5, n, drop_port=bh_port, answer_probes=True, log=log)
+        check(ok, "transfer did not complete")
+        probes = [r for r in log if r.op == PROBE and r.sport != bh_port]
+        check(probes, "no probe from a new port")
+        later = [r for r in log if r.t > probes[0].t and first_tx(r) and r.p.path == 2]
+        check(later, "path 2 carried no new data after its probe was answered")
+        check(all(r.sport != bh_port for r in later), "data resumed on the black-holed port")
+
+
+# ---------------------------------------------------------------------------
+# 12. Identifiers and timestamps
+# ---------------------------------------------------------------------------
+
+@case("MR-9.1.1 MR-6.2.1", "initial PSNs differ per path and per connection")
+def t_initial_psns(T):
+    firsts = []
+    for k in range(2):
+        with link(T, init_window=4 * 4 * 1024) as L:
+            post(T, L, 1, "write", len=4 * 1024, va=0, rkey=1)
+            rx = collect(L, 4, 1.0, first_tx)
+            check(len(rx) == 4, "got %d packets", len(rx))
+            firsts.append({r.p.path: r.p.psn for r in rx})
+    for f in firsts:
+        check(len(set(f.values())) == 4, "two paths share an initial PSN: %s", f)
+        check(not all(v < 16 for v in f.values()), "initial PSNs look sequential from 0: %s", f)
+    check(firsts[0] != firsts[1], "two connections start with the same path PSNs")
+
+
+@case("MR-3.2.8 MR-2.4.1", "transmit timestamps are the DUT's nanosecond clock")
+def t_timestamps(T):
+    with link(T) as L:
+        post(T, L, 1, "write", len=8, va=0, rkey=1)
+        a = collect(L, 1, 1.0, first_tx)
+        time.sleep(0.05)  # spacing two sends by a known wall-clock interval (not synchronisation)
+        post(T, L, 2, "write", len=8, va=0, rkey=1)
+        b = collect(L, 1, 1.0, lambda r: first_tx(r) and r.p.tsn != a[0].p.tsn)
+        check(a and b, "missing packets")
+        d_ts = ((b[0].p.ts - a[0].p.ts) & 0xFFFFFFFF) / 1e6
+        d_rx = (b[0].t - a[0].t) * 1e3
+        check(abs(d_ts - d_rx) <= 15, "timestamps advanced %.1f ms over %.1f ms of wall clock",
+              d_ts, d_rx)
+
+
+@case("MR-5.5.1", "RTT samples subtract the echoed ACK delay")
+def t_rtt_sample(T):
+    need(T, "paths")
+    with link(T, paths=1) as L:
+        post(T, L, 1, "write", len=8, va=0, rkey=1)
+        r = collect(L, 1, 1.0, first_tx)[0]
+        time.sleep(0.03)   # hold the ACK 30 ms, and say so in ACK Delay
+        held = int((time.monotonic() - r.t) * 1e9)
+        L.ack((L.dtsn0 + 1) & 0xFFFFFFFF, path=0, echo_psn=r.p.psn, echo_ts=r.p.ts, rcv=1, msn=1,
+              ack_delay=held)
+        T.dut.wait_cq(L.dqpn, 1, 500)
+        srtt = T.dut.paths(L.dqpn)[0]["srtt_ns"]
+        check(srtt < 15_000_000, "srtt %.1f ms: the 30 ms ACK delay was not subtracted", srtt / 1e6)
+
+
+@case("MR-2.6.1 MR-2.6.2", "MTU is configurable: 4096 and 256 byte segmentation")
+def t_mtu(T):
+    for mtu in (256, 4096):
+        with link(T, mtu=mtu, init_window=64 * 1024) as L:
+            post(T, L, 1, "write", len=3 * mtu + 1, va=0, rkey=1)
+            rx = collect(L, 4, 1.0, first_tx)
+            sizes = sorted(len(r.payload()) for r in rx)
+            check(sizes == [1, mtu, mtu, mtu], "MTU %d: payload sizes %s", mtu, sizes)

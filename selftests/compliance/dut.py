@@ -64,10 +64,10 @@ def parse_reply(line):
 class LineDut:
     """A DUT helper reached through a pipe (stdin/stdout)."""
 
-    def __init__(self, argv, env=None):
+    def __init__(self, argv, env=None, stderr=None):
         self.argv = argv
         self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  env=env)
+                                  stderr=stderr, env=env)
         self.buf = b""
         ready = self._line(10.0)
         if not ready.startswith("ready"):
@@ -90,7 +90,10 @@ class LineDut:
                 raise DutError("helper exited (rc=%s)" % self.p.poll())
             self.buf += chunk
         line, self.buf = self.buf.split(b"\n", 1)
-        return line.decode()
+        line = line.decode(errors="replace")
+        if not line.startswith(("ok", "err", "ready")):
+            return self._line(max(0.01, end - time.monotonic()))   # stray output
+        return line
 
     def cmd(self, line, timeout=10.0):
         self.p.stdin.write((line + "\n").encode())

@@ -8,6 +8,7 @@ Usually started by ``selftests/compliance/run``.
 import argparse
 import os
 import re
+import subprocess
 import sys
 import time
 import traceback
@@ -46,6 +47,9 @@ def main():
     ap.add_argument("--no-coverage", action="store_true")
     ap.add_argument("--quiet", action="store_true", help="TAP summary only (mutation runs)")
     ap.add_argument("--index", default=CLAUSE_INDEX)
+    ap.add_argument("--dut-log", default=os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                                                      "metaroce-endpoint.log"),
+                    help="file for the DUT helper's stderr ('' to discard)")
     args = ap.parse_args()
 
     sel = [c for c in cases.CASES if not args.only or re.search(args.only, c.name)]
@@ -67,7 +71,9 @@ def main():
                     "it will run the verbs helper (same control lines) in the VM tier")
     else:
         try:
-            dut = LineDut([args.endpoint, "--addr", args.dut_ip, "--port", str(args.port)])
+            log = open(args.dut_log, "w") if args.dut_log else subprocess.DEVNULL
+            dut = LineDut([args.endpoint, "--addr", args.dut_ip, "--port", str(args.port)],
+                          stderr=log)
         except (DutError, OSError) as e:
             skip_all = "userspace endpoint did not start: %s" % e
             print("# " + skip_all)
