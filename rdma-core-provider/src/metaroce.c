@@ -232,6 +232,7 @@ static struct verbs_context *metaroce_alloc_context(struct ibv_device *ibdev,
 						    int cmd_fd,
 						    void *private_data)
 {
+	struct verbs_sysfs_dev *sysfs = verbs_get_device(ibdev)->sysfs;
 	struct metaroce_context *ctx;
 	struct ibv_get_context cmd = {};
 	struct ib_uverbs_get_context_resp resp = {};
@@ -244,7 +245,8 @@ static struct verbs_context *metaroce_alloc_context(struct ibv_device *ibdev,
 	 * libibverbs assumes when netlink is unavailable.
 	 */
 	ctx = verbs_init_and_alloc_context(ibdev, cmd_fd, ctx, ibv_ctx,
-					   verbs_get_device(ibdev)->sysfs->driver_id);
+					   sysfs ? sysfs->driver_id :
+						   RDMA_DRIVER_UNKNOWN);
 	if (!ctx)
 		return NULL;
 
@@ -255,7 +257,7 @@ static struct verbs_context *metaroce_alloc_context(struct ibv_device *ibdev,
 	verbs_set_ops(&ctx->ibv_ctx, &metaroce_ctx_ops);
 	verbs_debug(&ctx->ibv_ctx,
 		    "metaroce provider: context opened (command path, uverbs ABI %u)\n",
-		    verbs_get_device(ibdev)->sysfs->abi_ver);
+		    sysfs ? sysfs->abi_ver : 0);
 	return &ctx->ibv_ctx;
 
 err:
