@@ -613,9 +613,7 @@ pub struct Connection {
     unacked: Bits256,
     snd_una: u32,
     snd_nxt: u32,
-    retx: [u32; WINDOW as usize],
-    retx_head: u32,
-    retx_len: u32,
+    lost: Bits256,
     paths: [Path; MAX_PATHS],
     rr: u8,
     peer_credit: u32,
@@ -690,9 +688,7 @@ impl Connection {
             unacked: Bits256::new(),
             snd_una: cfg.initial_tsn,
             snd_nxt: cfg.initial_tsn,
-            retx: [0; WINDOW as usize],
-            retx_head: 0,
-            retx_len: 0,
+            lost: Bits256::new(),
             paths,
             rr: 0,
             peer_credit: u32::MAX,
@@ -760,9 +756,7 @@ impl Connection {
         self.unacked = Bits256::new();
         self.snd_una = cfg.initial_tsn;
         self.snd_nxt = cfg.initial_tsn;
-        self.retx.fill(0);
-        self.retx_head = 0;
-        self.retx_len = 0;
+        self.lost = Bits256::new();
         self.rr = 0;
         self.peer_credit = u32::MAX;
         self.last_ack = 0;
@@ -1647,6 +1641,7 @@ impl Connection {
             }
         }
         self.pkts[i].state = S_ACKED;
+        self.lost.clear(t);
         self.unacked.clear(t);
         if k.kind == K_REQ {
             let e = &mut self.sq[(k.msn as usize) % SQ_DEPTH];
@@ -1701,11 +1696,7 @@ impl Connection {
         let path = &mut self.paths[(k.path as usize) % MAX_PATHS];
         path.inflight = path.inflight.saturating_sub(k.len as u32);
         self.pkts[i].state = S_LOST;
-        if self.retx_len < WINDOW {
-            let at = (self.retx_head.wrapping_add(self.retx_len) % WINDOW) as usize;
-            self.retx[at] = t;
-            self.retx_len += 1;
-        }
+        self.lost.set(t);
     }
 
     fn unlink(&mut self, t: u32) {
@@ -1826,7 +1817,7 @@ impl Connection {
         self.pkts.fill(Pkt::EMPTY);
         self.unacked = Bits256::new();
         self.snd_una = self.snd_nxt;
-        self.retx_len = 0;
+        self.lost = Bits256::new();
         self.job_head = self.job_tail;
         self.job_send = self.job_tail;
         for path in self.paths.iter_mut() {
@@ -2149,18 +2140,18 @@ impl Connection {
                 }
             }
         }
-        while self.retx_len > 0 {
-            let k = self.retx[(self.retx_head % WINDOW) as usize];
+        // Spec: MR-5.4.2 — lost packets go first, oldest TSN first (it holds
+        // back the window and message completion); O(4 words).
+        while let Some(j) = self.lost.rotate_down(self.snd_una % WINDOW).ones().next() {
+            let k = self.snd_una.wrapping_add(j);
             let i = (k % WINDOW) as usize;
-            if self.pkts[i].state != S_LOST || seq_lt(k, self.snd_una) {
-                self.retx_head = self.retx_head.wrapping_add(1);
-                self.retx_len -= 1;
+            if self.pkts[i].state != S_LOST || !seq_lt(k, self.snd_nxt) {
+                self.lost.clear(k);
                 continue;
             }
-            // Spec: MR-5.4.2 — retransmit on a different path when possible.
+            // Retransmit on a different path when possible.
             let q = self.pick_path(self.pkts[i].len as u32, Some(self.pkts[i].path as usize))?;
-            self.retx_head = self.retx_head.wrapping_add(1);
-            self.retx_len -= 1;
+            self.lost.clear(k);
             return self.send_pkt(t, k, q, true, buf, mem);
         }
         // Spec: MR-5.1.3 — at most 256 TSNs in flight.

@@ -61,3 +61,31 @@ fn repaths_away_from_a_hot_link() {
     assert!(on.congestion_repaths >= 1, "{on:?}");
     assert!(on.cross_gbps > off.cross_gbps, "{on:?} vs {off:?}");
 }
+
+/// Exactly-once and ordering across many seeds and impairment mixes.
+#[test]
+fn exactly_once_across_seeds() {
+    for seed in 0..12u64 {
+        let loss = [0, 10_000, 50_000, 100_000, 200_000][(seed % 5) as usize];
+        let r = mixed(loss, 10_000, 50_000, 400, 100 + seed);
+        assert!(r.all_ok(), "seed {seed} loss {loss}: {:#?}", r);
+    }
+}
+
+/// The same guarantees with small and jumbo MTUs, 1 and 8 paths, and the
+/// go-back-N comparison profile.
+#[test]
+fn exactly_once_across_configurations() {
+    type Tweak = fn(&mut metaroce_proto::Config);
+    let cases: [(&str, Tweak); 5] = [
+        ("mtu 1024", |c| c.mtu = 1024),
+        ("mtu 9000", |c| c.mtu = 9000),
+        ("1 path", |c| c.num_paths = 1),
+        ("8 paths", |c| c.num_paths = 8),
+        ("go-back-N", |c| c.recovery = Recovery::GoBackN),
+    ];
+    for (i, (name, tweak)) in cases.into_iter().enumerate() {
+        let r = mixed_cfg(50_000, 5_000, 20_000, 300, 200 + i as u64, tweak);
+        assert!(r.all_ok(), "{name}: {:#?}", r);
+    }
+}

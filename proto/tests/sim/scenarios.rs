@@ -153,6 +153,18 @@ fn pattern(i: u64, len: u32) -> Vec<u8> {
 /// Every verb, random sizes, over an impaired fabric; checks exactly-once,
 /// ordering (MR-4.3) and data.
 pub fn mixed(loss_ppm: u64, dup_ppm: u64, reorder_ppm: u64, nops: u64, seed: u64) -> MixedResult {
+    mixed_cfg(loss_ppm, dup_ppm, reorder_ppm, nops, seed, |_| {})
+}
+
+/// [`mixed`] with a configuration tweak applied to both ends.
+pub fn mixed_cfg(
+    loss_ppm: u64,
+    dup_ppm: u64,
+    reorder_ppm: u64,
+    nops: u64,
+    seed: u64,
+    tweak: impl Fn(&mut Config),
+) -> MixedResult {
     const AREA: u64 = 32 << 10;
     let mut n = net(2, seed);
     n.impair_fabric(|l| {
@@ -161,7 +173,7 @@ pub fn mixed(loss_ppm: u64, dup_ppm: u64, reorder_ppm: u64, nops: u64, seed: u64
         l.reorder_ppm = reorder_ppm;
         l.reorder_ns = 3_000;
     });
-    let (a, b) = n.connect(0, 1, 0x31, 0x42, |_| {});
+    let (a, b) = n.connect(0, 1, 0x31, 0x42, tweak);
     {
         let m = &mut n.eps[b].mem.m;
         m.add_region(0x77, 0x100_0000, (64 * AREA) as usize);
@@ -312,6 +324,15 @@ pub fn mixed(loss_ppm: u64, dup_ppm: u64, reorder_ppm: u64, nops: u64, seed: u64
                         .get(&c.wr_id)
                         .cloned()
                         .unwrap_or_default();
+                    if got.len() < 8 {
+                        res.data_ok = false;
+                        err(
+                            format!("atomic {} completed ({c:?}) without a result", c.wr_id),
+                            &mut res.errors,
+                        );
+                        completed += 1;
+                        continue;
+                    }
                     let v = u64::from_ne_bytes(got[..8].try_into().unwrap());
                     if kind == Kind::Faa {
                         faa_orig.push(v);
