@@ -24,6 +24,8 @@ pub(crate) struct DeviceData {
     /// Name of the netdev at creation, for log messages after the device is gone
     /// from ib_core's view (its own name is cleared by then).
     netdev_name: [u8; 16],
+    /// QP numbers of this device.
+    pub(crate) qpns: Pin<KBox<crate::qp::QpnTable>>,
 }
 
 /// EUI-64 from a MAC address (RFC 4291 appendix A: flip the U/L bit, insert FF:FE).
@@ -62,9 +64,11 @@ pub(crate) fn newlink(name: &CStr, ndev: &NetDev) -> Result {
     for (d, s) in netdev_name.iter_mut().zip(ndev.name().to_bytes().iter().take(15)) {
         *d = *s;
     }
+    let qpns = KBox::pin_init(crate::qp::QpnTable::new(ffi::random_u32())?, GFP_KERNEL)?;
     let data = DeviceData {
         node_guid_be: guid,
         netdev_name,
+        qpns,
     };
     match IbDev::create(name, ndev, data, guid) {
         Ok(()) => {
@@ -118,15 +122,15 @@ pub(crate) fn device_caps(dev: &IbDev) -> DeviceCaps {
         sys_image_guid_be: dev.data().node_guid_be,
         max_mr_size: u64::MAX,
         page_size_cap: 0xffff_f000,
-        max_qp: 16384,
-        max_qp_wr: 16384,
-        max_sge: 32,
-        max_sge_rd: 32,
+        max_qp: crate::qp::MAX_QP - 2,
+        max_qp_wr: crate::qp::MAX_QP_WR,
+        max_sge: crate::qp::MAX_SGE,
+        max_sge_rd: crate::qp::MAX_SGE,
         max_cq: 16384,
         max_cqe: crate::cq::MAX_CQE,
         max_mr: 65536,
         max_pd: 65536,
-        max_qp_rd_atom: 128,
+        max_qp_rd_atom: crate::qp::MAX_RD_ATOMIC as u32,
         max_ah: 65536,
         max_srq: 4096,
         max_srq_wr: 16384,

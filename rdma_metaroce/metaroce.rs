@@ -19,6 +19,7 @@ mod ffi;
 #[path = "../proto/src/lib.rs"]
 pub mod proto;
 mod proto_tests;
+mod qp;
 
 module! {
     type: MetaRoce,

@@ -30,4 +30,10 @@ pub(crate) use ibdev::{
     PortInfo, PortState,
 };
 pub(crate) use link::LinkOps;
+
+/// A random 32-bit value from the kernel's CRNG (QP number salts, initial PSNs).
+pub(crate) fn random_u32() -> u32 {
+    // SAFETY: `get_random_u32` has no preconditions.
+    unsafe { raw::get_random_u32() }
+}
 pub(crate) use netdev::{NetDev, NetdevEvent, NetdevNotifier};

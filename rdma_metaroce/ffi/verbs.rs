@@ -6,6 +6,8 @@
 
 use super::raw;
 use crate::cq::{Arm, Cq, WcOpcode, WcStatus};
+use crate::qp::{Qp, QpCaps, QpState, QpType, QpUpdate};
+use super::IbDev;
 use core::ffi::c_int;
 use kernel::prelude::*;
 
@@ -18,6 +20,15 @@ struct CqAlloc {
 }
 
 const _: () = assert!(core::mem::offset_of!(CqAlloc, ib) == 0);
+
+/// A queue pair allocation: `struct ib_qp` first, then the driver's [`Qp`].
+#[repr(C)]
+struct QpAlloc {
+    ib: raw::ib_qp,
+    qp: Qp,
+}
+
+const _: () = assert!(core::mem::offset_of!(QpAlloc, ib) == 0);
 
 /// Adds the verbs-object ops and object sizes to the device's ops table.
 pub(super) const fn install(mut ops: raw::ib_device_ops) -> raw::ib_device_ops {
@@ -32,7 +43,179 @@ pub(super) const fn install(mut ops: raw::ib_device_ops) -> raw::ib_device_ops {
     ops.destroy_cq = Some(destroy_cq_cb);
     ops.poll_cq = Some(poll_cq_cb);
     ops.req_notify_cq = Some(req_notify_cq_cb);
+    ops.size_ib_qp = core::mem::size_of::<QpAlloc>();
+    ops.create_qp = Some(create_qp_cb);
+    ops.modify_qp = Some(modify_qp_cb);
+    ops.query_qp = Some(query_qp_cb);
+    ops.destroy_qp = Some(destroy_qp_cb);
     ops
+}
+
+/// The driver's QP inside an ib_core QP.
+///
+/// # Safety
+///
+/// `ib` must be a QP of this driver whose `create_qp` succeeded and whose
+/// `destroy_qp` has not run, alive for `'a`.
+unsafe fn qp<'a>(ib: *mut raw::ib_qp) -> &'a Qp {
+    // SAFETY: Per the contract `ib` heads a live `QpAlloc` with an initialised `qp`.
+    unsafe { &(*ib.cast::<QpAlloc>()).qp }
+}
+
+/// The device a QP belongs to.
+///
+/// # Safety
+///
+/// `ib` must be a live QP of this driver.
+unsafe fn qp_dev<'a>(ib: *mut raw::ib_qp) -> &'a IbDev {
+    // SAFETY: ib_core sets `device` before calling create_qp and the device outlives
+    // its QPs; all QPs of this driver's ops belong to this driver's devices.
+    unsafe { IbDev::from_raw((*ib).device) }
+}
+
+const NEG_EOPNOTSUPP: c_int = -(raw::EOPNOTSUPP as c_int);
+
+unsafe extern "C" fn create_qp_cb(
+    ib: *mut raw::ib_qp,
+    init: *mut raw::ib_qp_init_attr,
+    _udata: *mut raw::ib_udata,
+) -> c_int {
+    // SAFETY: ib_core passes a valid init attribute struct for the call.
+    let init = unsafe { &mut *init };
+    let ty = match init.qp_type {
+        raw::ib_qp_type_IB_QPT_RC => QpType::Rc,
+        raw::ib_qp_type_IB_QPT_UD => QpType::Ud,
+        // GSI (QP1, for the CM) needs the UD data path; XRC, raw packet: not offered.
+        _ => return NEG_EOPNOTSUPP,
+    };
+    if init.create_flags != 0 {
+        return NEG_EOPNOTSUPP;
+    }
+    let requested = QpCaps {
+        max_send_wr: init.cap.max_send_wr,
+        max_recv_wr: init.cap.max_recv_wr,
+        max_send_sge: init.cap.max_send_sge,
+        max_recv_sge: init.cap.max_recv_sge,
+        max_inline_data: init.cap.max_inline_data,
+    };
+    let caps = match requested.validate(!init.srq.is_null()) {
+        Ok(c) => c,
+        Err(e) => return e.to_errno(),
+    };
+    // SAFETY: `ib` is being created on one of this driver's devices.
+    let dev = unsafe { qp_dev(ib) };
+    let qpn = match dev.data().qpns.alloc() {
+        Ok(n) => n,
+        Err(e) => return e.to_errno(),
+    };
+    // SAFETY: `ib` heads a zeroed allocation of `size_ib_qp` = size_of::<QpAlloc>()
+    // bytes, unused by anyone else until we return; the slot is initialised once here
+    // and dropped in `destroy_qp` (not called if we fail; nothing fails after this).
+    let slot = unsafe { &raw mut (*ib.cast::<QpAlloc>()).qp };
+    // SAFETY: As above; ib_core never moves the object. `Qp::new` is infallible.
+    let Ok(()) = unsafe { Qp::new(qpn, ty, caps).__pinned_init(slot) };
+    // SAFETY: `ib` is valid; ib_core reports `qp_num` to the consumer.
+    unsafe { (*ib).qp_num = qpn };
+    init.cap.max_send_wr = caps.max_send_wr;
+    init.cap.max_recv_wr = caps.max_recv_wr;
+    init.cap.max_send_sge = caps.max_send_sge;
+    init.cap.max_recv_sge = caps.max_recv_sge;
+    init.cap.max_inline_data = caps.max_inline_data;
+    0
+}
+
+unsafe extern "C" fn modify_qp_cb(
+    ib: *mut raw::ib_qp,
+    attr: *mut raw::ib_qp_attr,
+    mask: c_int,
+    udata: *mut raw::ib_udata,
+) -> c_int {
+    // SAFETY: `udata` is NULL or valid for the call.
+    if let Some(u) = unsafe { udata.as_ref() } {
+        if u.inlen != 0 || u.outlen != 0 {
+            return EINVAL.to_errno();
+        }
+    }
+    // SAFETY: ib_core passes a valid attribute struct and a live QP of this driver.
+    let (a, qp) = unsafe { (&*attr, qp(ib)) };
+    let mask = mask as u32;
+    let has = |bit: u32| mask & bit != 0;
+    let cur = if has(raw::ib_qp_attr_mask_IB_QP_CUR_STATE) { a.cur_qp_state } else { qp.state() as u32 };
+    let next = if has(raw::ib_qp_attr_mask_IB_QP_STATE) { a.qp_state } else { cur };
+    // SAFETY: ib_core's pure rule table; `ib` is live.
+    let legal = unsafe { raw::ib_modify_qp_is_ok(cur, next, (*ib).qp_type, mask) };
+    if !legal {
+        return EINVAL.to_errno();
+    }
+    let opt = |bit: u32| has(bit);
+    let u = QpUpdate {
+        state: if opt(raw::ib_qp_attr_mask_IB_QP_STATE) { QpState::from_raw(a.qp_state) } else { None },
+        access_flags: opt(raw::ib_qp_attr_mask_IB_QP_ACCESS_FLAGS).then_some(a.qp_access_flags as u32),
+        port: opt(raw::ib_qp_attr_mask_IB_QP_PORT).then_some(a.port_num),
+        qkey: opt(raw::ib_qp_attr_mask_IB_QP_QKEY).then_some(a.qkey),
+        // SAFETY: `dgid` is a plain 16-byte union; reading its bytes is always valid.
+        remote_gid: opt(raw::ib_qp_attr_mask_IB_QP_AV).then(|| unsafe { a.ah_attr.grh.dgid.raw }),
+        path_mtu: opt(raw::ib_qp_attr_mask_IB_QP_PATH_MTU).then_some(a.path_mtu),
+        timeout: opt(raw::ib_qp_attr_mask_IB_QP_TIMEOUT).then_some(a.timeout),
+        retry_cnt: opt(raw::ib_qp_attr_mask_IB_QP_RETRY_CNT).then_some(a.retry_cnt),
+        rnr_retry: opt(raw::ib_qp_attr_mask_IB_QP_RNR_RETRY).then_some(a.rnr_retry),
+        rq_psn: opt(raw::ib_qp_attr_mask_IB_QP_RQ_PSN).then_some(a.rq_psn),
+        sq_psn: opt(raw::ib_qp_attr_mask_IB_QP_SQ_PSN).then_some(a.sq_psn),
+        max_rd_atomic: opt(raw::ib_qp_attr_mask_IB_QP_MAX_QP_RD_ATOMIC).then_some(a.max_rd_atomic),
+        max_dest_rd_atomic: opt(raw::ib_qp_attr_mask_IB_QP_MAX_DEST_RD_ATOMIC).then_some(a.max_dest_rd_atomic),
+        min_rnr_timer: opt(raw::ib_qp_attr_mask_IB_QP_MIN_RNR_TIMER).then_some(a.min_rnr_timer),
+        dest_qpn: opt(raw::ib_qp_attr_mask_IB_QP_DEST_QPN).then_some(a.dest_qp_num),
+    };
+    match qp.modify(&u) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+unsafe extern "C" fn query_qp_cb(
+    ib: *mut raw::ib_qp,
+    attr: *mut raw::ib_qp_attr,
+    _mask: c_int,
+    init: *mut raw::ib_qp_init_attr,
+) -> c_int {
+    // SAFETY: ib_core passes caller-owned output structs and a live QP of this driver.
+    let (a, init, qp) = unsafe { (&mut *attr, &mut *init, qp(ib)) };
+    let s = qp.attrs();
+    a.qp_state = s.state as u32;
+    a.cur_qp_state = s.state as u32;
+    a.path_mtu = s.path_mtu;
+    a.qkey = s.qkey;
+    a.rq_psn = s.rq_psn;
+    a.sq_psn = s.sq_psn;
+    a.dest_qp_num = s.dest_qpn;
+    a.qp_access_flags = s.access_flags as c_int;
+    a.port_num = s.port;
+    a.timeout = s.timeout;
+    a.retry_cnt = s.retry_cnt;
+    a.rnr_retry = s.rnr_retry;
+    a.min_rnr_timer = s.min_rnr_timer;
+    a.max_rd_atomic = s.max_rd_atomic;
+    a.max_dest_rd_atomic = s.max_dest_rd_atomic;
+    a.ah_attr.grh.dgid.raw = s.remote_gid;
+    let c = qp.caps;
+    for cap in [&mut a.cap, &mut init.cap] {
+        cap.max_send_wr = c.max_send_wr;
+        cap.max_recv_wr = c.max_recv_wr;
+        cap.max_send_sge = c.max_send_sge;
+        cap.max_recv_sge = c.max_recv_sge;
+        cap.max_inline_data = c.max_inline_data;
+    }
+    0
+}
+
+unsafe extern "C" fn destroy_qp_cb(ib: *mut raw::ib_qp, _udata: *mut raw::ib_udata) -> c_int {
+    // SAFETY: ib_core calls destroy once, after a successful create, with no other op
+    // running on the QP.
+    let (dev, qpn) = unsafe { (qp_dev(ib), qp(ib).qpn) };
+    dev.data().qpns.free(qpn);
+    // SAFETY: As above; the data is never used again.
+    unsafe { core::ptr::drop_in_place(&raw mut (*ib.cast::<QpAlloc>()).qp) };
+    0
 }
 
 /// The driver's CQ inside an ib_core CQ.

@@ -72,5 +72,62 @@ from pyverbs.cq import CQ
 ctx = d.Context(name='mrc0'); pd = PD(ctx); cq = CQ(ctx, 32)
 import os; os._exit(0)
 PY
+check "pyverbs: RC QP RESET->INIT->RTR->RTS with the peer's address; query_qp reports the attributes" py <<'PY'
+import pyverbs.device as d, pyverbs.enums as e
+from pyverbs.pd import PD
+from pyverbs.cq import CQ
+from pyverbs.qp import QP, QPInitAttr, QPCap, QPAttr
+from pyverbs.addr import AHAttr, GlobalRoute
+ctx = d.Context(name='mrc0'); pd = PD(ctx); cq = CQ(ctx, 16)
+qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(max_send_wr=8, max_recv_wr=8)))
+assert qp.qp_num > 1
+# the GID index of 198.18.0.1 (RoCE v2)
+gid_index = next(i for i in range(64) if str(ctx.query_gid(1, i)) == '0000:0000:0000:0000:0000:ffff:c612:0001'
+                 and ctx.query_gid_type(1, i) == e.IBV_GID_TYPE_ROCE_V2)
+a = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=1)
+a.qp_access_flags = e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
+gr = GlobalRoute(dgid=d.GID('::ffff:198.18.0.2'), sgid_index=gid_index)
+a = QPAttr(qp_state=e.IBV_QPS_RTR, path_mtu=e.IBV_MTU_1024, dest_qp_num=0x1234, rq_psn=0x111,
+           max_dest_rd_atomic=4, min_rnr_timer=12)
+a.ah_attr = AHAttr(gr=gr, is_global=1, port_num=1)
+qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN | e.IBV_QP_RQ_PSN
+          | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+a = QPAttr(qp_state=e.IBV_QPS_RTS, sq_psn=0x222, timeout=14, retry_cnt=7, rnr_retry=7, max_rd_atomic=4)
+qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_SQ_PSN | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT
+          | e.IBV_QP_RNR_RETRY | e.IBV_QP_MAX_QP_RD_ATOMIC)
+attr, init = qp.query(e.IBV_QP_STATE | e.IBV_QP_DEST_QPN | e.IBV_QP_SQ_PSN | e.IBV_QP_RQ_PSN | e.IBV_QP_CAP)
+assert attr.qp_state == e.IBV_QPS_RTS, attr.qp_state
+assert (attr.dest_qp_num, attr.sq_psn, attr.rq_psn) == (0x1234, 0x222, 0x111), (attr.dest_qp_num, attr.sq_psn, attr.rq_psn)
+assert attr.cap.max_send_wr == 8 and init.cap.max_recv_wr == 8
+qp.close(); cq.close(); pd.close(); ctx.close()
+PY
+check "pyverbs: illegal transitions and bad QP attributes fail with EINVAL" py <<'PY'
+import errno
+import pyverbs.device as d, pyverbs.enums as e
+from pyverbs.pd import PD
+from pyverbs.cq import CQ
+from pyverbs.qp import QP, QPInitAttr, QPCap, QPAttr
+from pyverbs.pyverbs_error import PyverbsRDMAError
+ctx = d.Context(name='mrc0'); pd = PD(ctx); cq = CQ(ctx, 16)
+def expect_einval(f):
+    try:
+        f()
+    except PyverbsRDMAError as x:
+        assert x.error_code == errno.EINVAL, x
+    else:
+        raise SystemExit("accepted: %r" % f)
+qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(max_send_wr=4, max_recv_wr=4)))
+expect_einval(lambda: qp.modify(QPAttr(qp_state=e.IBV_QPS_RTS), e.IBV_QP_STATE))
+a = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=9)
+expect_einval(lambda: qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS))
+expect_einval(lambda: QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(max_send_wr=1 << 20))))
+expect_einval(lambda: QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(max_recv_sge=64))))
+ud = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_UD, scq=cq, rcq=cq, cap=QPCap(max_send_wr=4, max_recv_wr=4)))
+a = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=1); a.qkey = 0x11111111
+ud.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_QKEY)
+assert ud.query(e.IBV_QP_QKEY)[0].qkey == 0x11111111
+assert ud.qp_num != qp.qp_num
+PY
 check "rmmod with links, after all user contexts closed" rmmod rdma_metaroce
 ktap_finish

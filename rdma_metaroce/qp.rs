@@ -1,0 +1,292 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Queue pairs: creation limits, QP numbers, and the verbs attribute state
+//! (`modify_qp`/`query_qp`). The legality of a state transition with a given
+//! attribute mask is ib_core's rule (`ib_modify_qp_is_ok`, checked in the FFI layer);
+//! this module validates the values and keeps them. The transport state of a
+//! connected QP lives in the protocol core (`proto::Connection`).
+
+use kernel::new_mutex;
+use kernel::prelude::*;
+use kernel::sync::{Mutex, SpinLock};
+
+/// Per-QP work request limits advertised in `query_device`.
+pub(crate) const MAX_QP_WR: u32 = 16384;
+/// Scatter/gather entries per work request.
+pub(crate) const MAX_SGE: u32 = 32;
+/// Inline data per send work request, in bytes.
+pub(crate) const MAX_INLINE: u32 = 256;
+/// QP slots per device (`max_qp`). QP numbers are `salt << 14 | slot`.
+pub(crate) const MAX_QP: u32 = 1 << 14;
+/// Largest RDMA read/atomic depth (`max_qp_rd_atom`).
+pub(crate) const MAX_RD_ATOMIC: u8 = 128;
+
+/// Transport service of a QP.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum QpType {
+    Rc,
+    Ud,
+}
+
+/// Verbs QP states (`enum ib_qp_state` values).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u32)]
+pub(crate) enum QpState {
+    Reset = 0,
+    Init = 1,
+    Rtr = 2,
+    Rts = 3,
+    Sqd = 4,
+    Sqe = 5,
+    Err = 6,
+}
+
+impl QpState {
+    pub(crate) fn from_raw(v: u32) -> Option<Self> {
+        Some(match v {
+            0 => Self::Reset,
+            1 => Self::Init,
+            2 => Self::Rtr,
+            3 => Self::Rts,
+            4 => Self::Sqd,
+            5 => Self::Sqe,
+            6 => Self::Err,
+            _ => return None,
+        })
+    }
+}
+
+/// Queue sizes requested at creation (`struct ib_qp_cap`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub(crate) struct QpCaps {
+    pub(crate) max_send_wr: u32,
+    pub(crate) max_recv_wr: u32,
+    pub(crate) max_send_sge: u32,
+    pub(crate) max_recv_sge: u32,
+    pub(crate) max_inline_data: u32,
+}
+
+impl QpCaps {
+    /// Checks requested sizes against the device limits (`EINVAL` beyond them, as
+    /// rdma-core's tests expect); a QP attached to an SRQ has no receive queue.
+    pub(crate) fn validate(self, has_srq: bool) -> Result<Self> {
+        let over = self.max_send_wr > MAX_QP_WR
+            || self.max_recv_wr > MAX_QP_WR
+            || self.max_send_sge > MAX_SGE
+            || self.max_recv_sge > MAX_SGE
+            || self.max_inline_data > MAX_INLINE;
+        if over {
+            return Err(EINVAL);
+        }
+        let mut caps = self;
+        if has_srq {
+            caps.max_recv_wr = 0;
+            caps.max_recv_sge = 0;
+        }
+        Ok(caps)
+    }
+}
+
+/// Attributes a `modify_qp` call supplies (`None`: not in the mask).
+#[derive(Clone, Copy, Default, Debug)]
+pub(crate) struct QpUpdate {
+    pub(crate) state: Option<QpState>,
+    pub(crate) access_flags: Option<u32>,
+    pub(crate) port: Option<u32>,
+    pub(crate) qkey: Option<u32>,
+    /// Destination GID (an IPv4-mapped or IPv6 address) of the address vector.
+    pub(crate) remote_gid: Option<[u8; 16]>,
+    pub(crate) path_mtu: Option<u32>,
+    pub(crate) timeout: Option<u8>,
+    pub(crate) retry_cnt: Option<u8>,
+    pub(crate) rnr_retry: Option<u8>,
+    pub(crate) rq_psn: Option<u32>,
+    pub(crate) sq_psn: Option<u32>,
+    pub(crate) max_rd_atomic: Option<u8>,
+    pub(crate) max_dest_rd_atomic: Option<u8>,
+    pub(crate) min_rnr_timer: Option<u8>,
+    pub(crate) dest_qpn: Option<u32>,
+}
+
+/// The verbs-visible attributes of a QP (what `query_qp` reports).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QpAttrs {
+    pub(crate) state: QpState,
+    pub(crate) access_flags: u32,
+    pub(crate) port: u32,
+    pub(crate) qkey: u32,
+    pub(crate) remote_gid: [u8; 16],
+    pub(crate) path_mtu: u32,
+    pub(crate) timeout: u8,
+    pub(crate) retry_cnt: u8,
+    pub(crate) rnr_retry: u8,
+    pub(crate) rq_psn: u32,
+    pub(crate) sq_psn: u32,
+    pub(crate) max_rd_atomic: u8,
+    pub(crate) max_dest_rd_atomic: u8,
+    pub(crate) min_rnr_timer: u8,
+    pub(crate) dest_qpn: u32,
+}
+
+impl QpAttrs {
+    fn new() -> Self {
+        Self {
+            state: QpState::Reset,
+            access_flags: 0,
+            port: 1,
+            qkey: 0,
+            remote_gid: [0; 16],
+            path_mtu: 3, // IB_MTU_1024
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            rq_psn: 0,
+            sq_psn: 0,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            min_rnr_timer: 12,
+            dest_qpn: 0,
+        }
+    }
+
+    /// Applies a modification whose transition ib_core has already accepted.
+    /// Values are range-checked (`EINVAL`); on error nothing changes.
+    fn apply(&mut self, u: &QpUpdate) -> Result {
+        let psn_ok = |p: Option<u32>| p.is_none_or(|p| p < (1 << 24));
+        let qpn_ok = u.dest_qpn.is_none_or(|q| q < (1 << 24));
+        let mtu_ok = u.path_mtu.is_none_or(|m| (1..=5).contains(&m));
+        let port_ok = u.port.is_none_or(|p| p == 1);
+        let rd_ok = u.max_rd_atomic.is_none_or(|n| n <= MAX_RD_ATOMIC)
+            && u.max_dest_rd_atomic.is_none_or(|n| n <= MAX_RD_ATOMIC);
+        let retry_ok = u.retry_cnt.is_none_or(|n| n <= 7) && u.rnr_retry.is_none_or(|n| n <= 7);
+        if !(psn_ok(u.rq_psn) && psn_ok(u.sq_psn) && qpn_ok && mtu_ok && port_ok && rd_ok && retry_ok) {
+            return Err(EINVAL);
+        }
+        macro_rules! set {
+            ($($f:ident),*) => { $( if let Some(v) = u.$f { self.$f = v; } )* };
+        }
+        set!(state, access_flags, port, qkey, remote_gid, path_mtu, timeout, retry_cnt, rnr_retry,
+             rq_psn, sq_psn, max_rd_atomic, max_dest_rd_atomic, min_rnr_timer, dest_qpn);
+        Ok(())
+    }
+}
+
+/// A queue pair (the driver's part of `struct ib_qp`).
+#[pin_data]
+pub(crate) struct Qp {
+    pub(crate) qpn: u32,
+    pub(crate) ty: QpType,
+    pub(crate) caps: QpCaps,
+    /// Verbs attributes; changed only by `modify_qp` (process context).
+    #[pin]
+    attrs: Mutex<QpAttrs>,
+}
+
+impl Qp {
+    pub(crate) fn new(qpn: u32, ty: QpType, caps: QpCaps) -> impl PinInit<Self> {
+        pin_init!(Self {
+            qpn,
+            ty,
+            caps,
+            attrs <- new_mutex!(QpAttrs::new(), "metaroce_qp_attrs"),
+        })
+    }
+
+    /// The current state (ib_core passes it to `ib_modify_qp_is_ok`).
+    pub(crate) fn state(&self) -> QpState {
+        self.attrs.lock().state
+    }
+
+    pub(crate) fn modify(&self, u: &QpUpdate) -> Result {
+        self.attrs.lock().apply(u)
+    }
+
+    pub(crate) fn attrs(&self) -> QpAttrs {
+        *self.attrs.lock()
+    }
+}
+
+/// Allocation of QP numbers on one device: `salt << 14 | slot`, where the salt is
+/// random per device (spec: QP numbers are not predictable) and slots 0 and 1 are
+/// never used (QPN 0 and 1 are the special SMI/GSI numbers).
+#[pin_data]
+pub(crate) struct QpnTable {
+    salt: u32,
+    /// Slot occupancy; allocated once with the device.
+    #[pin]
+    used: SpinLock<KVec<bool>>,
+}
+
+impl QpnTable {
+    pub(crate) fn new(random: u32) -> Result<impl PinInit<Self, Error>> {
+        let mut used = KVec::with_capacity(MAX_QP as usize, GFP_KERNEL)?;
+        for slot in 0..MAX_QP {
+            used.push(slot < 2, GFP_KERNEL)?;
+        }
+        // 24-bit QPNs: 10 bits of salt above the 14-bit slot; salt 0 is allowed.
+        let salt = random & 0x3ff;
+        Ok(try_pin_init!(Self {
+            salt,
+            used <- kernel::new_spinlock!(used, "metaroce_qpn"),
+        }? Error))
+    }
+
+    /// A free QP number, or `ENOMEM` when all `MAX_QP - 2` are in use.
+    pub(crate) fn alloc(&self) -> Result<u32> {
+        let mut used = self.used.lock();
+        let slot = used.iter().position(|u| !*u).ok_or(ENOMEM)?;
+        used[slot] = true;
+        Ok(self.salt << 14 | slot as u32)
+    }
+
+    pub(crate) fn free(&self, qpn: u32) {
+        let slot = (qpn & (MAX_QP - 1)) as usize;
+        if slot >= 2 {
+            if let Some(u) = self.used.lock().get_mut(slot) {
+                *u = false;
+            }
+        }
+    }
+}
+
+#[kunit_tests(rdma_metaroce_qp)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caps_beyond_device_limits_are_einval() {
+        let ok = QpCaps { max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 64 };
+        assert_eq!(ok.validate(false), Ok(ok));
+        assert_eq!(ok.validate(true).map(|c| c.max_recv_wr), Ok(0));
+        let big = QpCaps { max_send_wr: MAX_QP_WR + 1, ..ok };
+        assert_eq!(big.validate(false), Err(EINVAL));
+        let sge = QpCaps { max_recv_sge: MAX_SGE + 1, ..ok };
+        assert_eq!(sge.validate(false), Err(EINVAL));
+    }
+
+    #[test]
+    fn modify_checks_values_and_is_all_or_nothing() {
+        let mut a = QpAttrs::new();
+        let good = QpUpdate { state: Some(QpState::Init), port: Some(1), access_flags: Some(7), ..Default::default() };
+        assert_eq!(a.apply(&good), Ok(()));
+        assert_eq!(a.state, QpState::Init);
+        let bad = QpUpdate { state: Some(QpState::Rtr), rq_psn: Some(1 << 24), ..Default::default() };
+        assert_eq!(a.apply(&bad), Err(EINVAL));
+        assert_eq!(a.state, QpState::Init);
+        let bad_mtu = QpUpdate { path_mtu: Some(6), ..Default::default() };
+        assert_eq!(a.apply(&bad_mtu), Err(EINVAL));
+    }
+
+    #[test]
+    fn qp_numbers_are_unique_salted_and_never_0_or_1() -> Result {
+        let t = KBox::pin_init(QpnTable::new(0x2a5)?, GFP_KERNEL)?;
+        let a = t.alloc()?;
+        let b = t.alloc()?;
+        assert_ne!(a, b);
+        assert_eq!(a >> 14, 0x2a5);
+        assert!(a & (MAX_QP - 1) >= 2);
+        t.free(a);
+        assert_eq!(t.alloc()?, a);
+        Ok(())
+    }
+}
