@@ -416,7 +416,7 @@ impl Endpoint {
         let a = Args::parse(&words[1..]);
         let r = match *cmd {
             "hello" => format!(
-                "ok impl=metaroce-endpoint addr={} port={} caps=events,counters,mem,paths,config endian={}",
+                "ok impl=metaroce-endpoint addr={} port={} caps=events,counters,mem,paths,config,connect endian={}",
                 self.local_ip,
                 self.port,
                 if cfg!(target_endian = "little") { "little" } else { "big" }
@@ -478,6 +478,50 @@ impl Endpoint {
                     },
                 );
                 "ok".into()
+            }
+            "connect" => {
+                // MR-7.1.3/7.1.4: take the peer's 24-byte parameter block,
+                // agree on MTU, create the QP and answer with our own block.
+                use metaroce_proto::wire::{ConnParams, ParamsBlock};
+                let blk = unhex(a.str_or("params", ""))?;
+                let peer = ConnParams::parse(&ParamsBlock::new_unchecked(&blk[..]))
+                    .map_err(|e| format!("rejected parameter block: {e:?}"))?;
+                let qpn = a.num("qpn")? as u32 & 0xff_ffff;
+                let tsn = a.num("tsn")? as u32;
+                let paths = a.num_or("paths", 4)? as u8;
+                let mtu = a.num_or("mtu", 4096)? as u16;
+                let ours = ConnParams {
+                    version: 1,
+                    paths,
+                    qpn,
+                    initial_tsn: tsn,
+                    mtu,
+                    udp_port: self.port,
+                    max_rd_atomic: 16,
+                    flags: 0,
+                };
+                let (agreed_mtu, _rd) = ConnParams::agree(&ours, &peer);
+                let mut line = format!(
+                    "create_qp qpn={qpn} peer_qpn={} tsn={tsn} peer_tsn={} peer_port={} paths={paths} mtu={agreed_mtu}",
+                    peer.qpn, peer.initial_tsn, peer.udp_port
+                );
+                for w in &words[1..] {
+                    if let Some((k, _)) = w.split_once('=') {
+                        if !matches!(k, "params" | "qpn" | "tsn" | "paths" | "mtu" | "peer_qpn" | "peer_tsn" | "peer_port") {
+                            line.push(' ');
+                            line.push_str(w);
+                        }
+                    }
+                }
+                match self.command(&line)? {
+                    Some(r) if r.starts_with("ok") => {}
+                    Some(r) => return Err(r),
+                    None => return Err("create failed".into()),
+                }
+                let mut out = vec![0u8; ConnParams::LEN];
+                ours.emit(&mut ParamsBlock::new_unchecked(&mut out[..]))
+                    .map_err(|e| format!("{e:?}"))?;
+                format!("ok params={} mtu={agreed_mtu}", hex(&out))
             }
             "destroy_qp" => {
                 let qpn = a.num("qpn")? as u32;
@@ -596,7 +640,10 @@ impl Endpoint {
                     None => (0..wr.len).map(|i| (i * 7 + wr_id as u32) as u8).collect(),
                 };
                 let mut local = data;
-                local.resize(wr.len.max(8) as usize, 0);
+                // local_len= makes the local buffer shorter than the WR (a
+                // local protection error when gathering/scattering, MR-7.3.5).
+                let ll = a.num_or("local_len", wr.len.max(8) as u64)? as usize;
+                local.resize(ll, 0);
                 qp.conn
                     .post_send(wr)
                     .map_err(|e| format!("post_send: {e:?}"))?;

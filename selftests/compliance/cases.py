@@ -48,6 +48,8 @@ NOT_WIRE_TESTABLE = {
     "MR-11.1.3": "the go-back-N profile is a core configuration, not reachable from the wire",
     "MR-11.2.2": "source-comment convention; checked by proto/tests/spec_clauses.rs",
     "MR-11.3.1": "reference simulator figures; asserted by the core's cargo test",
+    "MR-6.3.4": "congestion repathing is an optional policy of the core (Config.repath_congested) "
+                "needing 16+ RTTs of a persistently hot path; not exercised here yet",
 }
 
 
@@ -1815,3 +1817,94 @@ def t_mtu(T):
             rx = collect(L, 4, 1.0, first_tx)
             sizes = sorted(len(r.payload()) for r in rx)
             check(sizes == [1, mtu, mtu, mtu], "MTU %d: payload sizes %s", mtu, sizes)
+
+
+# ---------------------------------------------------------------------------
+# 13. Connection parameters and local errors
+# ---------------------------------------------------------------------------
+
+def params_block(qpn, tsn, paths=4, mtu=4096, port=4792, rd=16, flags=0, magic=0x4D52, ver=1):
+    """The 24-byte connection parameter block of MR-7.1.3 (tester's own encoder)."""
+    return struct.pack(">HBBIIHHBBHI", magic, ver, paths, qpn & 0xFFFFFF, tsn, mtu, port, rd,
+                       flags, 0, 0)
+
+
+def parse_params(b):
+    magic, ver, paths, qpn, tsn, mtu, port, rd, flags, r1, r2 = struct.unpack(">HBBIIHHBBHI", b)
+    return dict(magic=magic, ver=ver, paths=paths, qpn=qpn, tsn=tsn, mtu=mtu, port=port, rd=rd,
+                flags=flags, rsv=(r1, r2, qpn >> 24))
+
+
+def connect(T, L_kw, block_kw):
+    """Creates a DUT QP through the parameter-block exchange; returns (Link-like, reply)."""
+    L = Link.__new__(Link)
+    import lib
+    L.T, L.dut = T, T.dut
+    L.dqpn, L.pqpn = lib.rand24(), lib.rand24()
+    L.dtsn0, L.tsn0 = random.getrandbits(32), random.getrandbits(32)
+    L.npaths = block_kw.get("paths", 4)
+    L.mtu = L_kw.get("mtu", 4096)
+    L.ports = T.free_ports(L.npaths)
+    kw = dict(port=T.port)
+    kw.update(block_kw)
+    blk = params_block(L.pqpn, L.tsn0, **kw)
+    conf = dict(lib.SLOW)
+    extra = " ".join("%s=%s" % kv for kv in conf.items())
+    r = T.dut.cmd("connect qpn=%#x tsn=%#x paths=%d mtu=%d peer=%s params=%s %s"
+                  % (L.dqpn, L.dtsn0, L_kw.get("paths", 4), L.mtu, T.ip, blk.hex(), extra))
+    L.tsn, L.psn, L.msn, L.ssn, L.sent, L.rr = L.tsn0, [random.getrandbits(32)
+                                                        for _ in range(8)], 0, 0, {}, 0
+    L.npaths = 8
+    return L, r
+
+
+@case("MR-7.1.3 MR-7.1.4",
+      "parameter block: DUT's block well-formed; bad blocks refused; the smaller MTU is used")
+def t_params(T):
+    need(T, "connect")
+    for bad in (dict(magic=0x4D53), dict(ver=2), dict(paths=0), dict(paths=9), dict(mtu=255),
+                dict(mtu=9001), dict(rd=0), dict(rd=17), dict(port=0)):
+        try:
+            L, r = connect(T, {}, bad)
+        except DutError:
+            continue
+        L.close()
+        raise Fail("parameter block %s was accepted" % bad)
+    L, r = connect(T, dict(mtu=4096), dict(mtu=1024))
+    try:
+        p = parse_params(bytes.fromhex(r["params"]))
+        check(p["magic"] == 0x4D52 and p["ver"] == 1 and p["qpn"] == L.dqpn and
+              p["tsn"] == L.dtsn0 and p["mtu"] == 4096 and p["port"] == T.port and
+              1 <= p["rd"] <= 16 and p["rsv"] == (0, 0, 0) and 1 <= p["paths"] <= 8,
+              "DUT parameter block %s", p)
+        post(T, L, 1, "write", len=3000, va=0, rkey=1)
+        rx = collect(L, 3, 1.0, first_tx)
+        sizes = sorted(len(r.payload()) for r in rx)
+        check(sizes == [952, 1024, 1024], "DUT did not use the smaller MTU (1024): %s", sizes)
+    finally:
+        L.close()
+
+
+@case("MR-7.1.4 MR-6.1.2", "receiver accepts path ids below the peer's advertised path count",
+      todo="core bug 4: Connection validates received path ids against its own num_paths; "
+           "there is no peer path count (MR-7.1.4 asymmetric path counts)")
+def t_params_peer_paths(T):
+    need(T, "connect")
+    L, r = connect(T, dict(paths=2), dict(paths=8))
+    try:
+        rkey, va = mr(T, "w")
+        L.req(WRITE, payload=b"p6", rkey=rkey, va=va, msn=0, path=6)
+        a = L.recv_ack(0.5)
+        check(a is not None, "packet on path id 6 of 8 advertised paths not accepted")
+    finally:
+        L.close()
+
+
+@case("MR-7.3.5 MR-7.3.1", "local gather failure completes with LOC_PROT_ERR and errors the QP")
+def t_local_prot(T):
+    with link(T) as L:
+        post(T, L, 1, "write", len=4096, va=0, rkey=1, local_len=100)
+        post(T, L, 2, "write", len=8, va=0, rkey=1)
+        c = T.dut.wait_cq(L.dqpn, 2, 1000)
+        check([(x["wr"], x["status"]) for x in c] == [(1, 4), (2, WC_WR_FLUSH_ERR)],
+              "completions %s, expected LOC_PROT_ERR then flush", c)
