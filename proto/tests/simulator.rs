@@ -89,3 +89,13 @@ fn exactly_once_across_configurations() {
         assert!(r.all_ok(), "{name}: {:#?}", r);
     }
 }
+
+/// Sequence numbers wrap: both directions start 40 TSNs below 2^32.
+#[test]
+fn tsn_wraparound() {
+    let r = mixed_cfg(20_000, 0, 10_000, 400, 300, |c| {
+        c.initial_tsn = u32::MAX - 40;
+        c.peer_initial_tsn = u32::MAX - 40;
+    });
+    assert!(r.all_ok(), "{:#?}", r);
+}
