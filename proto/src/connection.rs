@@ -28,7 +28,8 @@ use super::wire::{
 
 /// Most paths one connection sprays over (MR-6.1.3).
 pub const MAX_PATHS: usize = 8;
-/// Packets in flight (TSN window), equal to the SACK width (MR-5.1.3).
+/// Packets in flight (TSN window), equal to the SACK width (MR-5.1.3). The
+/// v1 minimums of MR-11.1.4 are all met by these constants.
 pub const WINDOW: u32 = 256;
 /// Send queue depth.
 pub const SQ_DEPTH: usize = 64;
@@ -70,7 +71,8 @@ const S_ACKED: u8 = 3;
 pub enum Recovery {
     /// MetaRoCE v1: SACK, per-path loss detection, selective retransmission.
     Selective,
-    /// RoCEv2-like go-back-N, for comparison only (not conformant).
+    /// RoCEv2-like go-back-N, for comparison only: not MetaRoCE v1
+    /// (MR-11.1.3).
     GoBackN,
 }
 

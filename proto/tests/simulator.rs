@@ -1,4 +1,5 @@
-//! Simulator tests: the figures promised by the spec (MR-11) and the README.
+//! Simulator tests: the figures promised by the spec (MR-11.3.1) and the
+//! README.
 //! Run `cargo test --release --test simulator -- --nocapture` to see the
 //! table; `cargo run --release --example sim_table` prints it too.
 

@@ -169,7 +169,10 @@ fn generate() -> String {
         }
     }
     s.push_str(&format!(
-        "{} clauses, {} with MUST; {} cited by the reference core (``proto/src``).\n\n",
+        "{} clauses, {} with MUST; {} cited by the reference core (``proto/src``). \
+         Clauses without an implementing citation belong to the driver or the \
+         deployment (UDP/IP encapsulation, DSCP, QPN allocation, key policy) or \
+         to the conformance process.\n\n",
         cl.len(),
         n_must,
         n_cited

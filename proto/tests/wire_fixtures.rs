@@ -1,4 +1,5 @@
-//! Byte-exact fixtures for every header (spec chapter 3 diagrams).
+//! Byte-exact fixtures for every header (spec chapter 3 diagrams); these are
+//! the normative test vectors of MR-3.8.1.
 
 use metaroce_proto::wire::*;
 
