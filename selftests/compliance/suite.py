@@ -45,7 +45,9 @@ def main():
     ap.add_argument("--port", type=int, default=4792)
     ap.add_argument("--only", help="regex of case names to run")
     ap.add_argument("--no-coverage", action="store_true")
-    ap.add_argument("--quiet", action="store_true", help="TAP summary only (mutation runs)")
+    ap.add_argument("--quiet", action="store_true", help="no tracebacks (mutation runs)")
+    ap.add_argument("--fail-fast", action="store_true",
+                    help="stop at the first failing case (mutation runs)")
     ap.add_argument("--index", default=CLAUSE_INDEX)
     ap.add_argument("--dut-log", default=os.path.join(os.environ.get("TMPDIR", "/tmp"),
                                                       "metaroce-endpoint.log"),
@@ -118,6 +120,8 @@ def main():
         else:
             nfail += 1
             out.write("not ok %d - %s (%.2fs)\n#   %s\n" % (i, tag, dt, msg))
+            if args.fail_fast:
+                skip_all = "fail-fast after %s" % c.name
         out.flush()
         if dut is not None and dut.p.poll() is not None:
             skip_all = "DUT helper exited (rc=%s)" % dut.p.returncode

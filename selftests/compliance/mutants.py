@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""Mutation score of the protocol core against this compliance suite.
+
+cargo-mutants generates the mutants of ``proto/src`` (``--list --json
+--diff``); this driver applies each one to a snapshot of the core (``git
+archive HEAD``; the live tree is never touched), rebuilds
+``proto-endpoint`` against it and runs the suite against the endpoint with
+``--fail-fast``. Outcomes: caught (suite fails or times out), missed
+(suite passes), unviable (does not build).
+
+    selftests/compliance/mutants.py --file src/wire/base.rs --sample 40 -j1
+
+Results: ``<out>/results.json`` and a per-file summary on stdout.
+"""
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, shell=isinstance(cmd, str), **kw)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--file", action="append", default=[],
+                    help="proto-relative source file(s) to mutate (default: all)")
+    ap.add_argument("--sample", type=int, default=0, help="random sample size per file (0: all)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--work", default=os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                                                   "metaroce-mutants"))
+    ap.add_argument("--timeout", type=int, default=120, help="suite timeout per mutant (s)")
+    ap.add_argument("--build-timeout", type=int, default=300)
+    ap.add_argument("--port", type=int, default=14792)
+    ap.add_argument("--budget", type=int, default=0, help="stop after this many seconds")
+    ap.add_argument("--resume", action="store_true")
+    args = ap.parse_args()
+    t_start = time.monotonic()
+
+    work = args.work
+    res_path = os.path.join(work, "results.json")
+    results = {}
+    if args.resume and os.path.exists(res_path):
+        results = json.load(open(res_path))
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        os.makedirs(work)
+        sh("git -C %s archive HEAD proto proto-endpoint | tar -x -C %s" % (ROOT, work), check=True)
+        # The snapshot's target dir is shared by every mutant build.
+    target = os.path.join(work, "target")
+    env = dict(os.environ, CARGO_TARGET_DIR=target)
+    proto = os.path.join(work, "proto")
+
+    listing = os.path.join(work, "mutants.json")
+    if not os.path.exists(listing):
+        cmd = ["cargo", "mutants", "--list", "--json", "--diff", "-d", proto]
+        for f in args.file:
+            cmd += ["-f", f]
+        out = sh(cmd, capture_output=True, text=True, env=env)
+        if out.returncode != 0:
+            print(out.stderr)
+            return 2
+        open(listing, "w").write(out.stdout)
+    mutants = json.load(open(listing))
+    by_file = {}
+    for i, m in enumerate(mutants):
+        m["id"] = i
+        by_file.setdefault(m["file"], []).append(m)
+    chosen = []
+    rnd = random.Random(args.seed)
+    for f, ms in sorted(by_file.items()):
+        if args.sample and len(ms) > args.sample:
+            ms = rnd.sample(ms, args.sample)
+        chosen += ms
+    print("# %d mutants listed, %d selected" % (len(mutants), len(chosen)), flush=True)
+
+    ep_manifest = os.path.join(work, "proto-endpoint", "Cargo.toml")
+    ep_bin = os.path.join(target, "debug", "metaroce-endpoint")
+    suite = [sys.executable, os.path.join(HERE, "suite.py"), "--target", "userspace",
+             "--endpoint", ep_bin, "--tester-ip", "127.0.3.1", "--dut-ip", "127.0.3.2",
+             "--port", str(args.port), "--no-coverage", "--quiet", "--dut-log", ""]
+
+    def build():
+        return sh(["timeout", str(args.build_timeout), "cargo", "build", "-q", "-j1",
+                   "--manifest-path", ep_manifest], env=env, capture_output=True, text=True)
+
+    def run_suite(extra=()):
+        t0 = time.monotonic()
+        try:
+            r = sh(suite + list(extra), capture_output=True, text=True, timeout=args.timeout)
+            return r.returncode, r.stdout, time.monotonic() - t0
+        except subprocess.TimeoutExpired as e:
+            return "timeout", (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else "", \
+                time.monotonic() - t0
+
+    if "baseline" not in results:
+        b = build()
+        if b.returncode != 0:
+            print(b.stderr)
+            return 2
+        rc, out, dt = run_suite()
+        results["baseline"] = dict(rc=rc, secs=round(dt, 1),
+                                   summary=[l for l in out.splitlines() if l.startswith("# ")][-1:])
+        print("# baseline rc=%s in %.1fs %s" % (rc, dt, results["baseline"]["summary"]), flush=True)
+        if rc != 0:
+            print(out)
+            return 2
+
+    for m in chosen:
+        key = str(m["id"])
+        if key in results:
+            continue
+        if args.budget and time.monotonic() - t_start > args.budget:
+            print("# budget exhausted", flush=True)
+            break
+        name = "%s:%s: %s" % (m["file"], m["span"]["start"]["line"], m.get("name") or
+                              m.get("replacement"))
+        diff = m["diff"]
+        p = sh(["patch", "-s", "-p1", "-d", proto], input=diff, text=True, capture_output=True)
+        if p.returncode != 0:
+            results[key] = dict(name=name, file=m["file"], outcome="patch-failed")
+            continue
+        try:
+            b = build()
+            if b.returncode != 0:
+                outcome, caught_by, dt = "unviable", None, 0
+            else:
+                rc, out, dt = run_suite(["--fail-fast"])
+                if rc == 0:
+                    outcome, caught_by = "missed", None
+                else:
+                    outcome = "caught" if rc != "timeout" else "timeout"
+                    fails = [l for l in out.splitlines() if l.startswith("not ok") and "# TODO" not in l]
+                    caught_by = fails[0][:160] if fails else str(rc)
+        finally:
+            sh(["patch", "-s", "-R", "-p1", "-d", proto], input=diff, text=True, capture_output=True)
+        results[key] = dict(name=name, file=m["file"], function=(m.get("function") or {}).get(
+            "function_name") if isinstance(m.get("function"), dict) else m.get("function"),
+            outcome=outcome, caught_by=caught_by, secs=round(dt, 1))
+        print("%-8s %s%s" % (outcome, name, "  <- " + caught_by if caught_by else ""), flush=True)
+        json.dump(results, open(res_path, "w"), indent=1)
+    json.dump(results, open(res_path, "w"), indent=1)
+
+    summary = {}
+    for k, r in results.items():
+        if k == "baseline":
+            continue
+        s = summary.setdefault(r["file"], {})
+        s[r["outcome"]] = s.get(r["outcome"], 0) + 1
+    print("\n| file | caught | missed | unviable | timeout | score (caught+timeout / viable) |")
+    print("|---|---|---|---|---|---|")
+    for f, s in sorted(summary.items()):
+        c, mi, u, to = (s.get(x, 0) for x in ("caught", "missed", "unviable", "timeout"))
+        v = c + mi + to
+        print("| %s | %d | %d | %d | %d | %s |" % (f, c, mi, u, to,
+                                                  "%.0f%%" % (100.0 * (c + to) / v) if v else "-"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
