@@ -463,3 +463,66 @@ fn short_probe_is_ignored_padded_probe_answered() {
     assert_eq!(r[0].0, 0xC001, "reply mirrors the probe's source port");
     assert_eq!(r[0].1.len(), 88);
 }
+
+#[test]
+fn timers_never_spin() {
+    // After handle_timeout(now) and draining poll_transmit, the next
+    // deadline is strictly in the future: a driver never busy-loops.
+    let mut rng = common::Rng::new(77);
+    let mut t = Pair::new(|c| c.mtu = 1024);
+    for i in 0..8u64 {
+        t.ma.set_local(i, vec![i as u8; 5000]);
+        t.mb.set_recv(100 + i, 8192);
+        t.b.post_recv(RecvWr {
+            wr_id: 100 + i,
+            len: 8192,
+        })
+        .unwrap();
+    }
+    for i in 0..8u64 {
+        let wr = match i % 4 {
+            0 => SendWr::write(i, 5000, 0x1000, 0x77),
+            1 => SendWr::send(i, 5000),
+            2 => SendWr::read(i, 3000, 0x1000, 0x77),
+            _ => SendWr::faa(i, 0x1000, 0x77, 1),
+        };
+        t.a.post_send(wr).unwrap();
+    }
+    let (mut held_a, mut held_b) = (vec![], vec![]);
+    for _ in 0..20_000 {
+        let mut pa = std::mem::take(&mut held_a);
+        pa.extend(t.out_a());
+        for p in &pa {
+            if rng.below(4) != 0 {
+                t.deliver_b(p);
+            }
+        }
+        let mut pb = std::mem::take(&mut held_b);
+        pb.extend(t.out_b());
+        for p in &pb {
+            if rng.below(4) != 0 {
+                t.deliver_a(p);
+            }
+        }
+        let next = [t.a.poll_timeout(), t.b.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min();
+        let Some(next) = next else { break };
+        t.now = next.as_nanos().max(t.now + 1);
+        let now = Instant(t.now);
+        for c in [&mut t.a, &mut t.b] {
+            c.handle_timeout(now);
+        }
+        held_a = t.out_a();
+        held_b = t.out_b();
+        for c in [&t.a, &t.b] {
+            if let Some(d) = c.poll_timeout() {
+                assert!(d > now, "deadline {d:?} not after {now:?}");
+            }
+        }
+    }
+    let c = t.comps_a();
+    assert_eq!(c.len(), 8, "{c:?}");
+    assert!(c.iter().all(|c| c.status == WcStatus::Success));
+}
