@@ -1569,9 +1569,10 @@ impl Connection {
 
     /// Spec: MR-6.3.1, MR-6.3.4 — path scoring and repathing away from a
     /// persistently congested path while other paths are healthy. A path is
-    /// *hot* when its ECN fraction exceeds 1/2, its smoothed RTT exceeds
-    /// `3 min_rtt + target_qdelay` of the best path, or its window is below a
-    /// quarter of the other paths' mean window; it is repathed after
+    /// *hot* when its ECN fraction exceeds 1/2, or when both its smoothed RTT
+    /// exceeds the best path's minimum RTT by more than `target_qdelay` and
+    /// its window is below a quarter of the other paths' mean window; it is
+    /// repathed after
     /// staying hot for 16 of its RTTs, at most once per 64 RTTs. O(paths).
     fn score_and_repath(&mut self, now: u64, p: usize) {
         let n = self.cfg.num_paths as usize;
@@ -1592,9 +1593,11 @@ impl Connection {
             .fold((0u64, 0u64), |(s, c), (_, x)| (s + x.cc.cwnd as u64, c + 1));
         let mean_others = sum.checked_div(cnt).unwrap_or(0);
         let me = self.paths[p];
+        // A long route is not a congested one: the delay and window tests
+        // must agree (RTT above the best path's by more than the target *and*
+        // a window far below the others'), or ECN must be heavy.
         let hot = me.cc.alpha > 32_768
-            || me.srtt as u64 > 3 * best + target
-            || (me.cc.cwnd as u64) * 4 < mean_others;
+            || ((me.srtt as u64) > best + target && (me.cc.cwnd as u64) * 4 < mean_others);
         let others_ok = self.paths[..n].iter().enumerate().any(|(q, x)| {
             q != p
                 && x.status == PathStatus::Active
@@ -1840,10 +1843,23 @@ impl Connection {
     /// Spec: MR-5.5.2.
     fn path_rto(&self, q: usize) -> u64 {
         let p = &self.paths[q];
-        let base = (p.srtt as u64 + 4 * p.rttvar as u64)
+        let mut base = (p.srtt as u64 + 4 * p.rttvar as u64)
             .max(2 * p.srtt as u64)
             .saturating_add(self.cfg.ack_delay.as_nanos())
             .max(self.cfg.min_path_rto.as_nanos());
+        if !p.has_rtt {
+            // No sample on this route yet (new or repathed): be conservative,
+            // it may be much longer than the others.
+            let others = self.paths[..self.cfg.num_paths as usize]
+                .iter()
+                .filter(|x| x.has_rtt)
+                .map(|x| x.srtt as u64)
+                .max()
+                .unwrap_or(0);
+            base = base
+                .max(4 * self.cfg.initial_rtt.as_nanos())
+                .max(3 * others);
+        }
         (base << p.backoff.min(10)).min(self.cfg.max_rto.as_nanos())
     }
 

@@ -100,3 +100,15 @@ fn tsn_wraparound() {
     });
     assert!(r.all_ok(), "{:#?}", r);
 }
+
+#[test]
+fn cross_path_reordering_causes_no_spurious_retransmission() {
+    let r = asymmetric(41);
+    println!(
+        "asymmetric paths: {:.1} Gb/s, {} retransmissions",
+        r.gbps(),
+        r.retx
+    );
+    assert!(r.completed);
+    assert_eq!(r.retx, 0, "{r:?}");
+}
