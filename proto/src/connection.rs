@@ -90,8 +90,12 @@ pub struct Config {
     pub peer_initial_tsn: u32,
     /// Payload bytes per packet (256..=9000).
     pub mtu: u32,
-    /// Paths to spray over (1..=8).
+    /// Paths to spray our sends over (1..=8).
     pub num_paths: u8,
+    /// Paths the peer sprays over, from its parameter block (1..=8,
+    /// MR-7.1.4; 0 means "same as `num_paths`"); data on path ids at or
+    /// above it is dropped.
+    pub peer_num_paths: u8,
     /// Seed for the UDP source ports of our paths (MR-6.1.1).
     pub src_port_base: u16,
     /// Transport retries before `RetryExcErr` (verbs `retry_cnt`, 0..=7).
@@ -130,6 +134,7 @@ impl Config {
             peer_initial_tsn,
             mtu: 4096,
             num_paths: 4,
+            peer_num_paths: 0,
             src_port_base: 0xC000,
             retry_cnt: 7,
             rnr_retry: 7,
@@ -660,8 +665,13 @@ impl Connection {
         // Spec: MR-2.6.1 (MTU range), MR-6.1.3 (1..=8 paths).
         cfg.mtu = cfg.mtu.clamp(256, 9000);
         cfg.num_paths = cfg.num_paths.clamp(1, MAX_PATHS as u8);
+        if cfg.peer_num_paths == 0 {
+            cfg.peer_num_paths = cfg.num_paths;
+        }
+        cfg.peer_num_paths = cfg.peer_num_paths.clamp(1, MAX_PATHS as u8);
         if cfg.recovery == Recovery::GoBackN {
             cfg.num_paths = 1;
+            cfg.peer_num_paths = 1;
         }
         cfg.ack_every = cfg.ack_every.max(1);
         let n = cfg.num_paths as u32;
@@ -729,8 +739,13 @@ impl Connection {
         // Spec: MR-2.6.1 (MTU range), MR-6.1.3 (1..=8 paths).
         cfg.mtu = cfg.mtu.clamp(256, 9000);
         cfg.num_paths = cfg.num_paths.clamp(1, MAX_PATHS as u8);
+        if cfg.peer_num_paths == 0 {
+            cfg.peer_num_paths = cfg.num_paths;
+        }
+        cfg.peer_num_paths = cfg.peer_num_paths.clamp(1, MAX_PATHS as u8);
         if cfg.recovery == Recovery::GoBackN {
             cfg.num_paths = 1;
+            cfg.peer_num_paths = 1;
         }
         cfg.ack_every = cfg.ack_every.max(1);
         let n = cfg.num_paths as u32;
@@ -966,7 +981,12 @@ impl Connection {
         };
         let p = pkt.base.path_id as usize;
         // Spec: MR-9.3.1 — QPN and path checks before any state change.
-        if pkt.base.dest_qpn != self.cfg.local_qpn || p >= self.cfg.num_paths as usize {
+        let limit = match pkt.body {
+            // An ACK names one of our own send paths.
+            Body::Ack(_) => self.cfg.num_paths,
+            _ => self.cfg.peer_num_paths,
+        };
+        if pkt.base.dest_qpn != self.cfg.local_qpn || p >= limit as usize {
             self.stats.rx_invalid += 1;
             return;
         }
@@ -1895,11 +1915,13 @@ impl Connection {
         }
         let mut t = u64::MAX;
         let sel = self.cfg.recovery == Recovery::Selective;
-        for q in 0..self.cfg.num_paths as usize {
-            let p = &self.paths[q];
+        for p in self.paths.iter() {
             if p.ack_due != 0 {
                 t = t.min(p.ack_due);
             }
+        }
+        for q in 0..self.cfg.num_paths as usize {
+            let p = &self.paths[q];
             if p.probe_deadline != 0 {
                 t = t.min(p.probe_deadline);
             }
@@ -1944,10 +1966,12 @@ impl Connection {
             self.rnr_until = 0;
         }
         let sel = self.cfg.recovery == Recovery::Selective;
-        for q in 0..self.cfg.num_paths as usize {
-            if self.paths[q].ack_due != 0 && now >= self.paths[q].ack_due {
-                self.paths[q].ack_now = true;
+        for p in self.paths.iter_mut() {
+            if p.ack_due != 0 && now >= p.ack_due {
+                p.ack_now = true;
             }
+        }
+        for q in 0..self.cfg.num_paths as usize {
             if sel {
                 self.detect_losses(now, q);
                 let head = self.paths[q].head;
@@ -2124,7 +2148,7 @@ impl Connection {
         if self.state == QpState::Error {
             return None;
         }
-        for q in 0..self.cfg.num_paths as usize {
+        for q in 0..MAX_PATHS {
             let p = &self.paths[q];
             if p.ack_now || p.probe_reply || (p.ack_due != 0 && t >= p.ack_due) {
                 return self.emit_ack(t, q, None, buf);

@@ -526,3 +526,31 @@ fn timers_never_spin() {
     assert_eq!(c.len(), 8, "{c:?}");
     assert!(c.iter().all(|c| c.status == WcStatus::Success));
 }
+
+#[test]
+fn peers_with_different_path_counts() {
+    // Spec: MR-7.1.4 — each direction sprays over its sender's path count.
+    let mut t = Pair::new(|_| {});
+    let mut ca = Config::test_pair(1, 2);
+    ca.num_paths = 8;
+    ca.peer_num_paths = 2;
+    let mut cb = Config::test_pair(2, 1);
+    cb.num_paths = 2;
+    cb.peer_num_paths = 8;
+    t.a.reset(ca);
+    t.b.reset(cb);
+    t.ma.set_local(1, vec![9; 32 * 1024]);
+    t.a.post_send(SendWr::write(1, 32 * 1024, 0x1000, 0x77))
+        .unwrap();
+    t.mb.set_local(2, vec![3; 32 * 1024]);
+    t.mb.add_region(0x77, 0x1000, 1 << 16);
+    t.ma.add_region(0x77, 0x1000, 1 << 16);
+    t.b.post_send(SendWr::write(2, 32 * 1024, 0x1000, 0x77))
+        .unwrap();
+    t.run(20);
+    assert_eq!(t.comps_a()[0].status, WcStatus::Success);
+    assert_eq!(t.comps_b()[0].status, WcStatus::Success);
+    assert_eq!(t.b.stats().rx_invalid, 0);
+    assert_eq!(t.a.stats().rx_invalid, 0);
+    assert!(t.mb.region(0x77)[..32 * 1024].iter().all(|b| *b == 9));
+}
