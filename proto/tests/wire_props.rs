@@ -214,15 +214,13 @@ fn receive_path_mutation_fuzz() {
         Connection::new(Config::test_pair(2, 1)),
         Connection::new(Config::test_pair(1, 2)),
     ];
-    for v in victims.iter_mut() {
-        for i in 0..8u64 {
-            let _ = v.post_recv(RecvWr {
-                wr_id: 100 + i,
-                len: 8192,
-            });
-        }
-    }
     let mut mem = mb.clone();
+    for i in 0..8u64 {
+        mem.set_local(i, vec![i as u8; 5000]);
+    }
+    for v in victims.iter_mut() {
+        arm(v, &mut buf, &mut mem);
+    }
     for i in 0..60_000u64 {
         let mut p = seeds[r.below(seeds.len() as u64) as usize].clone();
         match r.below(6) {
@@ -260,5 +258,27 @@ fn receive_path_mutation_fuzz() {
         }
         while v.poll_transmit(t, &mut buf, &mut mem).is_some() {}
         while v.poll_completion().is_some() {}
+        if i % 5_000 == 4_999 {
+            // Fresh victims now and then, with work in flight again.
+            let cfg = *v.config();
+            v.reset(cfg);
+            arm(v, &mut buf, &mut mem);
+        }
     }
+}
+
+/// Posts receives and some work of the victim's own, and sends it, so forged
+/// ACKs, NAKs and responses reach the requester logic too.
+fn arm(v: &mut Connection, buf: &mut [u8], mem: &mut VecMemory) {
+    for i in 0..8u64 {
+        let _ = v.post_recv(RecvWr {
+            wr_id: 100 + i,
+            len: 8192,
+        });
+    }
+    let _ = v.post_send(SendWr::write(0, 5000, 0x1000, 0x55));
+    let _ = v.post_send(SendWr::read(1, 3000, 0x1000, 0x55));
+    let _ = v.post_send(SendWr::faa(2, 0x1008, 0x55, 1));
+    let _ = v.post_send(SendWr::send(3, 100));
+    while v.poll_transmit(Instant(900), buf, mem).is_some() {}
 }
