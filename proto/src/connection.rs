@@ -96,6 +96,9 @@ pub struct Config {
     /// MR-7.1.4; 0 means "same as `num_paths`"); data on path ids at or
     /// above it is dropped.
     pub peer_num_paths: u8,
+    /// READ/atomic requests we keep outstanding: the smaller of ours and the
+    /// peer's advertised value (MR-7.1.4), 1..=16.
+    pub max_rd_atomic: u8,
     /// Seed for the UDP source ports of our paths (MR-6.1.1).
     pub src_port_base: u16,
     /// Transport retries before `RetryExcErr` (verbs `retry_cnt`, 0..=7).
@@ -135,6 +138,7 @@ impl Config {
             mtu: 4096,
             num_paths: 4,
             peer_num_paths: 0,
+            max_rd_atomic: MAX_RD_ATOMIC as u8,
             src_port_base: 0xC000,
             retry_cnt: 7,
             rnr_retry: 7,
@@ -674,6 +678,7 @@ impl Connection {
             cfg.peer_num_paths = 1;
         }
         cfg.ack_every = cfg.ack_every.max(1);
+        cfg.max_rd_atomic = cfg.max_rd_atomic.clamp(1, MAX_RD_ATOMIC as u8);
         let n = cfg.num_paths as u32;
         // Spec: MR-8.2.2 — initial window split over the paths.
         let cwnd = (cfg.cc.init_window / n).max(cfg.mtu);
@@ -748,6 +753,7 @@ impl Connection {
             cfg.peer_num_paths = 1;
         }
         cfg.ack_every = cfg.ack_every.max(1);
+        cfg.max_rd_atomic = cfg.max_rd_atomic.clamp(1, MAX_RD_ATOMIC as u8);
         let n = cfg.num_paths as u32;
         // Spec: MR-8.2.2 — initial window split over the paths.
         let cwnd = (cfg.cc.init_window / n).max(cfg.mtu);
@@ -2238,7 +2244,7 @@ impl Connection {
             if e.wr.flags & WR_FENCE != 0 && self.rd_outstanding > 0 {
                 return None;
             }
-            if e.wr.opcode.has_response() && self.rd_outstanding >= MAX_RD_ATOMIC {
+            if e.wr.opcode.has_response() && self.rd_outstanding >= self.cfg.max_rd_atomic as u32 {
                 return None;
             }
             // Spec: MR-4.1.2 — message window.

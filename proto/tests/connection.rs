@@ -554,3 +554,19 @@ fn peers_with_different_path_counts() {
     assert_eq!(t.a.stats().rx_invalid, 0);
     assert!(t.mb.region(0x77)[..32 * 1024].iter().all(|b| *b == 9));
 }
+
+#[test]
+fn max_rd_atomic_limits_outstanding_reads() {
+    // Spec: MR-4.4.2, MR-7.1.4.
+    let mut t = Pair::new(|c| c.max_rd_atomic = 2);
+    for i in 0..4 {
+        t.a.post_send(SendWr::read(i, 8, 0x1000, 0x77)).unwrap();
+    }
+    let first: Vec<_> = t.out_a().into_iter().filter(is_data).collect();
+    assert_eq!(first.len(), 2, "only two READs may be outstanding");
+    for p in &first {
+        t.deliver_b(p);
+    }
+    t.run(6);
+    assert_eq!(t.comps_a().len(), 4);
+}
