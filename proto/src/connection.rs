@@ -424,6 +424,7 @@ struct MsgSlot {
     imm: u32,
     rkey: u32,
     err_tsn: u32,
+    tsn: u32,
     tail_off: u32,
     va: u64,
     recv_wr: u64,
@@ -448,6 +449,7 @@ impl MsgSlot {
         imm: 0,
         rkey: 0,
         err_tsn: 0,
+        tsn: 0,
         tail_off: 0,
         va: 0,
         recv_wr: 0,
@@ -466,6 +468,7 @@ impl MsgSlot {
 struct Job {
     atomic: bool,
     msn: u32,
+    req_tsn: u32,
     rkey: u32,
     len: u32,
     next_off: u32,
@@ -480,6 +483,7 @@ impl Job {
     const EMPTY: Job = Job {
         atomic: false,
         msn: 0,
+        req_tsn: 0,
         rkey: 0,
         len: 0,
         next_off: 0,
@@ -1027,37 +1031,12 @@ impl Connection {
         mem: &mut M,
     ) {
         let base = pkt.base;
-        {
-            let path = &mut self.paths[p];
-            path.rx_port = src_port;
-            path.rx_cnt = path.rx_cnt.saturating_add(1);
-            if ce {
-                // Spec: MR-2.5.2, MR-8.3.1 — count and echo CE promptly.
-                path.rx_ce = path.rx_ce.saturating_add(1);
-                path.ack_now = true;
-            }
-            let psn = base.path_psn;
-            if !path.rx_seen || seq_lt(path.rx_psn, psn) {
-                // Spec: MR-6.2.3 — a PSN gap on a path triggers an immediate ACK.
-                if path.rx_seen && psn != path.rx_psn.wrapping_add(1) {
-                    path.ack_now = true;
-                }
-                path.rx_seen = true;
-                path.rx_psn = psn;
-                path.rx_ts = base.timestamp;
-                path.rx_at = now;
-            } else {
-                path.ack_now = true;
-            }
-            if base.flags.has(Flags::ACK_REQ) {
-                path.ack_now = true;
-            }
-        }
         // Spec: MR-5.2.1 (receive record), MR-5.2.2 and MR-4.2.2 — duplicates
         // are never placed or executed twice.
         let d = base.tsn.wrapping_sub(self.rcv_nxt);
         if d >= 0x8000_0000 || (d < WINDOW && self.rcv_bits.get(base.tsn)) {
             self.stats.rx_dup += 1;
+            self.note_arrival(now, p, src_port, ce, &base);
             let path = &mut self.paths[p];
             path.ack_now = true;
             path.dup = true;
@@ -1069,6 +1048,7 @@ impl Connection {
             return;
         }
         if self.cfg.recovery == Recovery::GoBackN && d != 0 {
+            self.note_arrival(now, p, src_port, ce, &base);
             if self.gbn_nak_at.get() != Some(self.rcv_nxt) {
                 self.gbn_nak_at = Maybe::some(self.rcv_nxt);
                 self.nak = Maybe::some(PendingNak {
@@ -1089,6 +1069,11 @@ impl Connection {
             Body::Response { rsp, payload } => self.rx_response(now, &base, &rsp, payload, mem),
             _ => Verdict::Drop,
         };
+        // Spec: MR-4.1.3, MR-5.2.4, MR-9.4.2 — a discarded packet leaves no
+        // trace: only kept (or RNR-refused) packets touch the path's ACK state.
+        if !matches!(verdict, Verdict::Drop) {
+            self.note_arrival(now, p, src_port, ce, &base);
+        }
         match verdict {
             Verdict::Accept => {
                 self.rcv_bits.set(base.tsn);
@@ -1129,6 +1114,36 @@ impl Connection {
         self.deliver(p, mem);
     }
 
+    /// Per-path receive bookkeeping for a packet that is kept, refused with
+    /// RNR, or recognised as a duplicate: ECN count, highest PSN with its
+    /// timestamp, and the immediate-ACK triggers of MR-5.4.1.
+    fn note_arrival(&mut self, now: u64, p: usize, src_port: u16, ce: bool, base: &BaseRepr) {
+        let path = &mut self.paths[p];
+        path.rx_port = src_port;
+        path.rx_cnt = path.rx_cnt.saturating_add(1);
+        if ce {
+            // Spec: MR-2.5.2, MR-8.3.1 — count and echo CE promptly.
+            path.rx_ce = path.rx_ce.saturating_add(1);
+            path.ack_now = true;
+        }
+        let psn = base.path_psn;
+        if !path.rx_seen || seq_lt(path.rx_psn, psn) {
+            // Spec: MR-6.2.3 — a PSN gap on a path triggers an immediate ACK.
+            if path.rx_seen && psn != path.rx_psn.wrapping_add(1) {
+                path.ack_now = true;
+            }
+            path.rx_seen = true;
+            path.rx_psn = psn;
+            path.rx_ts = base.timestamp;
+            path.rx_at = now;
+        } else {
+            path.ack_now = true;
+        }
+        if base.flags.has(Flags::ACK_REQ) {
+            path.ack_now = true;
+        }
+    }
+
     fn rx_request<M: Memory>(
         &mut self,
         base: &BaseRepr,
@@ -1148,6 +1163,7 @@ impl Connection {
             s.active = true;
             s.op = op as u8;
             s.msn = req.msn;
+            s.tsn = base.tsn;
             s.ssn = req.ssn;
             s.msg_len = req.msg_len;
             s.imm = req.imm;
@@ -1190,11 +1206,14 @@ impl Connection {
                 || s.va != req.remote_va
                 || s.imm != req.imm
             {
-                // Spec: MR-4.1.4 — packets of one message must agree.
+                // Spec: MR-4.1.4 — packets of one message must agree. The
+                // message is failed and counts as complete, so its delivery
+                // turn comes and the NAK-INVALID is sent (MR-7.3.2).
                 if s.err == 0 {
                     s.err = Syndrome::NakInvalid as u8;
                     s.err_tsn = base.tsn;
                 }
+                s.complete = true;
                 return Verdict::Accept;
             }
         }
@@ -1242,7 +1261,9 @@ impl Connection {
                 }
             }
         }
-        self.msgs[idx].complete = complete;
+        // A failed message needs no more packets: it is reported at its turn.
+        let s = &mut self.msgs[idx];
+        s.complete = complete || s.err != 0;
         Verdict::Accept
     }
 
@@ -1274,6 +1295,7 @@ impl Connection {
                         }
                         let mut j = Job::EMPTY;
                         j.msn = s.msn;
+                        j.req_tsn = s.tsn;
                         j.rkey = s.rkey;
                         j.va = s.va;
                         j.len = s.msg_len;
@@ -1312,10 +1334,12 @@ impl Connection {
             }
             if let Some(e) = err {
                 // Spec: MR-7.3.2 — fatal NAK at the message's turn, then error.
+                // Spec: MR-3.5.3 — NAK TSN names a packet of the message.
+                let tsn = if s.err != 0 { s.err_tsn } else { s.tsn };
                 self.nak = Maybe::some(PendingNak {
                     syndrome: e,
                     msn: s.msn,
-                    tsn: s.err_tsn,
+                    tsn,
                     path: p as u8,
                 });
                 if s.recv_len_err {
@@ -2416,10 +2440,11 @@ impl Connection {
                 }
             };
             if let Err(e) = payload_res {
+                // Spec: MR-3.5.3 — the NAK names the READ request's packet.
                 self.nak = Maybe::some(PendingNak {
                     syndrome: mem_syndrome(e),
                     msn: j.msn,
-                    tsn,
+                    tsn: j.req_tsn,
                     path: q as u8,
                 });
                 self.enter_error(None);

@@ -570,3 +570,56 @@ fn max_rd_atomic_limits_outstanding_reads() {
     t.run(6);
     assert_eq!(t.comps_a().len(), 4);
 }
+
+#[test]
+fn discarded_packets_leave_no_trace() {
+    // Spec: MR-5.2.4, MR-4.1.3, MR-9.4.2 — no answer, no ACK-state change.
+    let mut t = Pair::new(|_| {});
+    t.ma.set_local(1, vec![1; 10]);
+    t.a.post_send(SendWr::write(1, 10, 0x1000, 0x77)).unwrap();
+    let p = t.out_a().into_iter().find(is_data).unwrap();
+    let tsn = u32::from_be_bytes(p.1[12..16].try_into().unwrap());
+    let mut far = p.clone();
+    far.1[12..16].copy_from_slice(&tsn.wrapping_add(300).to_be_bytes());
+    t.deliver_b(&far);
+    let mut msn_far = p.clone();
+    msn_far.1[20..24].copy_from_slice(&1000u32.to_be_bytes()); // MSN outside the window
+    t.deliver_b(&msn_far);
+    assert!(t.out_b().is_empty(), "a discarded packet was answered");
+    assert_eq!(t.mb.writes, 0);
+    t.deliver_b(&p);
+    let acks = t.out_b();
+    assert_eq!(acks.len(), 1);
+    // Received Count covers only the kept packet.
+    assert_eq!(u16::from_be_bytes([acks[0].1[20 + 30], acks[0].1[20 + 31]]), 1);
+}
+
+#[test]
+fn disagreeing_packet_fails_the_message_with_nak_invalid() {
+    // Spec: MR-4.1.4, MR-7.3.2.
+    let mut t = Pair::new(|c| c.mtu = 1024);
+    t.ma.set_local(1, vec![1; 3000]);
+    t.a.post_send(SendWr::write(1, 3000, 0x1000, 0x77)).unwrap();
+    let mut pkts: Vec<_> = t.out_a().into_iter().filter(is_data).collect();
+    pkts[1].1[20 + 20] ^= 0xff; // R_Key of the second packet disagrees
+    for p in &pkts {
+        t.deliver_b(p);
+    }
+    t.run(4);
+    assert_eq!(t.comps_a()[0].status, WcStatus::RemInvReqErr);
+    assert_eq!(t.b.state(), QpState::Error);
+}
+
+#[test]
+fn nak_names_a_packet_of_the_failed_message() {
+    // Spec: MR-3.5.3 — errors found at the delivery turn (atomic execution).
+    let mut t = Pair::new(|_| {});
+    t.a.post_send(SendWr::faa(1, 0x1000, 0xbad, 1)).unwrap();
+    let p = t.out_a().into_iter().find(is_data).unwrap();
+    let tsn = u32::from_be_bytes(p.1[12..16].try_into().unwrap());
+    t.deliver_b(&p);
+    let out = t.out_b();
+    let nak = out.iter().find(|x| x.1[1] == 0x20 && x.1[24] != 0).expect("a NAK");
+    assert_eq!(nak.1[24], 3, "NAK-ACCESS");
+    assert_eq!(u32::from_be_bytes(nak.1[32..36].try_into().unwrap()), tsn);
+}
