@@ -2641,5 +2641,14 @@ mod size_tests {
         }
         assert_eq!(core::mem::size_of::<Pkt>(), 32);
         assert!(core::mem::size_of::<Connection>() <= 28 * 1024);
+        // Keep Documentation/metaroce/implementation.rst (MR-10.3.1) and
+        // proto/README.md in step with these numbers.
+        #[cfg(target_pointer_width = "64")]
+        {
+            assert_eq!(core::mem::size_of::<MsgSlot>(), 144);
+            assert_eq!(core::mem::size_of::<SqEntry>(), 72);
+            assert_eq!(core::mem::size_of::<Path>(), 128);
+            assert_eq!(core::mem::size_of::<Connection>(), 25_544);
+        }
     }
 }
