@@ -442,6 +442,7 @@ impl Endpoint {
                 c.rnr_retry = a.num_or("rnr_retry", c.rnr_retry as u64)? as u8;
                 c.min_rnr_timer = a.num_or("rnr_timer", c.min_rnr_timer as u64)? as u8;
                 c.ack_every = a.num_or("ack_every", c.ack_every as u64)? as u8;
+                c.max_rd_atomic = a.num_or("max_rd_atomic", c.max_rd_atomic as u64)? as _;
                 c.ack_delay = us("ack_delay_us", c.ack_delay)?;
                 c.initial_rtt = us("initial_rtt_us", c.initial_rtt)?;
                 c.min_path_rto = us("min_path_rto_us", c.min_path_rto)?;
@@ -500,14 +501,14 @@ impl Endpoint {
                     max_rd_atomic: 16,
                     flags: 0,
                 };
-                let (agreed_mtu, _rd) = ConnParams::agree(&ours, &peer);
+                let (agreed_mtu, rd) = ConnParams::agree(&ours, &peer);
                 let mut line = format!(
-                    "create_qp qpn={qpn} peer_qpn={} tsn={tsn} peer_tsn={} peer_port={} paths={paths} mtu={agreed_mtu}",
+                    "create_qp qpn={qpn} peer_qpn={} tsn={tsn} peer_tsn={} peer_port={} paths={paths} mtu={agreed_mtu} max_rd_atomic={rd}",
                     peer.qpn, peer.initial_tsn, peer.udp_port
                 );
                 for w in &words[1..] {
                     if let Some((k, _)) = w.split_once('=') {
-                        if !matches!(k, "params" | "qpn" | "tsn" | "paths" | "mtu" | "peer_qpn" | "peer_tsn" | "peer_port") {
+                        if !matches!(k, "params" | "qpn" | "tsn" | "paths" | "mtu" | "peer_qpn" | "peer_tsn" | "peer_port" | "max_rd_atomic") {
                             line.push(' ');
                             line.push_str(w);
                         }

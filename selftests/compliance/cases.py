@@ -670,9 +670,7 @@ def t_window_edges(T):
 
 
 @case("MR-5.2.4 MR-9.4.2 MR-9.4.3",
-      "out-of-window TSN with ACK_REQ set is not answered either",
-      todo="core bug 1: on_data updates path ACK state (ACK_REQ, counts, echo PSN) before the "
-           "TSN/MSN window checks, so an out-of-window packet with ACK_REQ is answered")
+      "out-of-window TSN with ACK_REQ set is not answered either")
 def t_window_edges_ackreq(T):
     window_edges(T, True)
 
@@ -838,15 +836,12 @@ def t_msn_window(T):
     msn_window(T, False)
 
 
-@case("MR-4.1.3", "request MSN outside the window with ACK_REQ is not answered either",
-      todo="core bug 1 (see window_edges_ackreq)")
+@case("MR-4.1.3 MR-9.4.2", "request MSN outside the window with ACK_REQ is not answered either")
 def t_msn_window_ackreq(T):
     msn_window(T, True)
 
 
-@case("MR-4.1.4 MR-7.3.2", "packets of one message disagreeing in R_Key: NAK-INVALID",
-      todo="core bug 2: an inconsistent packet is acknowledged but not counted towards the "
-           "message, so the message never completes and the NAK is never sent")
+@case("MR-4.1.4 MR-7.3.2", "packets of one message disagreeing in R_Key: NAK-INVALID")
 def t_inconsistent_message(T):
     with link(T) as L:
         rkey, va = mr(T, "w")
@@ -923,9 +918,7 @@ def t_access_no_atomic(T):
     access_case(T, "rw", FAA)
 
 
-@case("MR-3.5.3", "a fatal NAK's TSN names a packet of the failed message (errors found at delivery)",
-      todo="core bug 3: errors detected at the delivery turn (READ/atomic execution, held-back "
-           "tail placement) send a NAK TSN that was never set (err_tsn), not the request's TSN")
+@case("MR-3.5.3", "a fatal NAK's TSN names a packet of the failed message (errors found at delivery)")
 def t_nak_tsn_at_delivery(T):
     t_nak_after_earlier(T, strict_tsn=True)
     access_case(T, "wa", READ_REQ, length=64, strict_tsn=True)
@@ -1511,7 +1504,7 @@ def t_tsn_window(T):
     with link(T, mtu=256, init_window=1 << 20, max_window=1 << 20, min_path_rto_us=2000000,
               min_rto_us=3000000, initial_rtt_us=500000, max_rto_us=6000000) as L:
         post(T, L, 1, "write", len=300 * 256, va=0, rkey=1)
-        rx = collect(L, 300, 0.5, first_tx)
+        rx, _ = burst(L, quiet=0.15, limit=8.0)
         tsns = {(r.p.tsn - L.dtsn0) & 0xFFFFFFFF for r in rx}
         check(len(tsns) == 256 and max(tsns) == 255,
               "%d distinct TSNs outstanding (max offset %d), window is 256", len(tsns), max(tsns))
@@ -1523,7 +1516,7 @@ def t_msg_window(T):
               initial_rtt_us=500000, max_rto_us=6000000) as L:
         for i in range(40):
             post(T, L, i, "write", len=8, va=0, rkey=1)
-        rx = collect(L, 40, 0.4, first_tx)
+        rx, _ = burst(L, quiet=0.15, limit=8.0)
         msns = sorted({r.req.msn for r in rx})
         check(msns and max(msns) <= 32 and len(msns) >= 32,
               "messages in flight: %d, highest MSN %s", len(msns), max(msns) if msns else None)
@@ -1535,8 +1528,21 @@ def t_rd_atomic_limit(T):
               max_rto_us=6000000) as L:
         for i in range(20):
             post(T, L, i, "read", len=8, va=0, rkey=1)
-        rx = collect(L, 20, 0.4, first_tx)
+        rx, _ = burst(L, quiet=0.15, limit=8.0)
         check(len(rx) == 16, "%d READ requests outstanding, limit 16", len(rx))
+
+
+@case("MR-7.1.4 MR-4.4.2", "the smaller advertised Max RD Atomic limits outstanding READs")
+def t_params_rd_atomic(T):
+    need(T, "connect")
+    L, r = connect(T, {}, dict(rd=3))
+    try:
+        for i in range(6):
+            post(T, L, i, "read", len=8, va=0, rkey=1)
+        rx, _ = burst(L, quiet=0.15, limit=4.0)
+        check(len(rx) == 3, "%d READ requests outstanding, peer accepts 3", len(rx))
+    finally:
+        L.close()
 
 
 @case("MR-5.4.3", "transmit priority: the ACK of a READ_REQ precedes its READ_RESP")

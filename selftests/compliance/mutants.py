@@ -126,7 +126,7 @@ def main():
         name = "%s:%s: %s" % (m["file"], m["span"]["start"]["line"], m.get("name") or
                               m.get("replacement"))
         diff = m["diff"]
-        p = sh(["patch", "-s", "-p1", "-d", proto], input=diff, text=True, capture_output=True)
+        p = sh(["patch", "-s", "-p0", "-d", proto], input=diff, text=True, capture_output=True)
         if p.returncode != 0:
             results[key] = dict(name=name, file=m["file"], outcome="patch-failed")
             continue
@@ -143,7 +143,7 @@ def main():
                     fails = [l for l in out.splitlines() if l.startswith("not ok") and "# TODO" not in l]
                     caught_by = fails[0][:160] if fails else str(rc)
         finally:
-            sh(["patch", "-s", "-R", "-p1", "-d", proto], input=diff, text=True, capture_output=True)
+            sh(["patch", "-s", "-R", "-p0", "-d", proto], input=diff, text=True, capture_output=True)
         results[key] = dict(name=name, file=m["file"], function=(m.get("function") or {}).get(
             "function_name") if isinstance(m.get("function"), dict) else m.get("function"),
             outcome=outcome, caught_by=caught_by, secs=round(dt, 1))
