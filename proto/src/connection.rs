@@ -685,13 +685,13 @@ impl Connection {
         cfg.max_rd_atomic = cfg.max_rd_atomic.clamp(1, MAX_RD_ATOMIC as u8);
         let n = cfg.num_paths as u32;
         // Spec: MR-8.2.2 — initial window split over the paths.
-        let cwnd = (cfg.cc.init_window / n).max(cfg.mtu);
+        let cwnd = cfg.cc.init_window.checked_div(n).unwrap_or(0).max(cfg.mtu);
         let rtt = cfg.initial_rtt.as_nanos().min(u32::MAX as u64) as u32;
         let mut paths = [Path::new(cwnd, rtt); MAX_PATHS];
         for (i, p) in paths.iter_mut().enumerate() {
             // Spec: MR-9.1.1 — path PSNs start at unpredictable values.
             p.psn_next =
-                cfg.initial_tsn.rotate_left(i as u32 * 4) ^ (i as u32).wrapping_mul(0x2545_F491);
+                cfg.initial_tsn.rotate_left((i as u32).wrapping_mul(4)) ^ (i as u32).wrapping_mul(0x2545_F491);
         }
         Connection {
             cfg,
@@ -760,13 +760,13 @@ impl Connection {
         cfg.max_rd_atomic = cfg.max_rd_atomic.clamp(1, MAX_RD_ATOMIC as u8);
         let n = cfg.num_paths as u32;
         // Spec: MR-8.2.2 — initial window split over the paths.
-        let cwnd = (cfg.cc.init_window / n).max(cfg.mtu);
+        let cwnd = cfg.cc.init_window.checked_div(n).unwrap_or(0).max(cfg.mtu);
         let rtt = cfg.initial_rtt.as_nanos().min(u32::MAX as u64) as u32;
         self.paths.fill(Path::new(cwnd, rtt));
         for (i, p) in self.paths.iter_mut().enumerate() {
             // Spec: MR-9.1.1 — path PSNs start at unpredictable values.
             p.psn_next =
-                cfg.initial_tsn.rotate_left(i as u32 * 4) ^ (i as u32).wrapping_mul(0x2545_F491);
+                cfg.initial_tsn.rotate_left((i as u32).wrapping_mul(4)) ^ (i as u32).wrapping_mul(0x2545_F491);
         }
         self.cfg = cfg;
         self.state = QpState::Rts;
