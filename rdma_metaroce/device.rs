@@ -5,6 +5,7 @@
 //! follows its network device. Safe code only; the mechanics live in [`crate::ffi`].
 
 use crate::ffi::{self, DeviceCaps, IbDev, IbMtu, NetDev, NetdevEvent, PortInfo};
+use crate::ids::{IdTable, Layout};
 use core::ffi::CStr;
 use kernel::prelude::*;
 
@@ -17,6 +18,9 @@ pub(crate) const ENCAP_OVERHEAD: u32 = 40 + 8 + 64;
 /// each as RoCE v1 and v2 entries, filled by ib_core from the netdev's addresses.
 const GID_TABLE_LEN: u32 = 128;
 
+/// Memory regions per device (`max_mr`).
+pub(crate) const MAX_MR: u32 = 65536;
+
 /// Per-device driver state, stored inside ib_core's device allocation.
 pub(crate) struct DeviceData {
     /// EUI-64 derived from the netdev's MAC, big-endian; also the system image GUID.
@@ -25,7 +29,9 @@ pub(crate) struct DeviceData {
     /// from ib_core's view (its own name is cleared by then).
     netdev_name: [u8; 16],
     /// QP numbers of this device.
-    pub(crate) qpns: Pin<KBox<crate::qp::QpnTable>>,
+    pub(crate) qpns: Pin<KBox<IdTable>>,
+    /// Memory keys (lkey/rkey) of this device.
+    pub(crate) mr_keys: Pin<KBox<IdTable>>,
 }
 
 /// EUI-64 from a MAC address (RFC 4291 appendix A: flip the U/L bit, insert FF:FE).
@@ -64,11 +70,14 @@ pub(crate) fn newlink(name: &CStr, ndev: &NetDev) -> Result {
     for (d, s) in netdev_name.iter_mut().zip(ndev.name().to_bytes().iter().take(15)) {
         *d = *s;
     }
-    let qpns = KBox::pin_init(crate::qp::QpnTable::new(ffi::random_u32())?, GFP_KERNEL)?;
+    // QPN slots 0 and 1 are the special QPs; key slot 0 is the local DMA lkey's.
+    let qpns = KBox::pin_init(IdTable::new(Layout::Qpn, crate::qp::MAX_QP, 2, ffi::random_u32())?, GFP_KERNEL)?;
+    let mr_keys = KBox::pin_init(IdTable::new(Layout::Key, MAX_MR, 1, ffi::random_u32())?, GFP_KERNEL)?;
     let data = DeviceData {
         node_guid_be: guid,
         netdev_name,
         qpns,
+        mr_keys,
     };
     match IbDev::create(name, ndev, data, guid) {
         Ok(()) => {
@@ -128,7 +137,7 @@ pub(crate) fn device_caps(dev: &IbDev) -> DeviceCaps {
         max_sge_rd: crate::qp::MAX_SGE,
         max_cq: 16384,
         max_cqe: crate::cq::MAX_CQE,
-        max_mr: 65536,
+        max_mr: MAX_MR - 1,
         max_pd: 65536,
         max_qp_rd_atom: crate::qp::MAX_RD_ATOMIC as u32,
         max_ah: 65536,

@@ -16,6 +16,7 @@ use kernel::prelude::*;
 mod cq;
 mod device;
 mod ffi;
+mod ids;
 #[path = "../proto/src/lib.rs"]
 pub mod proto;
 mod proto_tests;

@@ -8,7 +8,7 @@
 
 use kernel::new_mutex;
 use kernel::prelude::*;
-use kernel::sync::{Mutex, SpinLock};
+use kernel::sync::Mutex;
 
 /// Per-QP work request limits advertised in `query_device`.
 pub(crate) const MAX_QP_WR: u32 = 16384;
@@ -206,49 +206,6 @@ impl Qp {
     }
 }
 
-/// Allocation of QP numbers on one device: `salt << 14 | slot`, where the salt is
-/// random per device (spec: QP numbers are not predictable) and slots 0 and 1 are
-/// never used (QPN 0 and 1 are the special SMI/GSI numbers).
-#[pin_data]
-pub(crate) struct QpnTable {
-    salt: u32,
-    /// Slot occupancy; allocated once with the device.
-    #[pin]
-    used: SpinLock<KVec<bool>>,
-}
-
-impl QpnTable {
-    pub(crate) fn new(random: u32) -> Result<impl PinInit<Self, Error>> {
-        let mut used = KVec::with_capacity(MAX_QP as usize, GFP_KERNEL)?;
-        for slot in 0..MAX_QP {
-            used.push(slot < 2, GFP_KERNEL)?;
-        }
-        // 24-bit QPNs: 10 bits of salt above the 14-bit slot; salt 0 is allowed.
-        let salt = random & 0x3ff;
-        Ok(try_pin_init!(Self {
-            salt,
-            used <- kernel::new_spinlock!(used, "metaroce_qpn"),
-        }? Error))
-    }
-
-    /// A free QP number, or `ENOMEM` when all `MAX_QP - 2` are in use.
-    pub(crate) fn alloc(&self) -> Result<u32> {
-        let mut used = self.used.lock();
-        let slot = used.iter().position(|u| !*u).ok_or(ENOMEM)?;
-        used[slot] = true;
-        Ok(self.salt << 14 | slot as u32)
-    }
-
-    pub(crate) fn free(&self, qpn: u32) {
-        let slot = (qpn & (MAX_QP - 1)) as usize;
-        if slot >= 2 {
-            if let Some(u) = self.used.lock().get_mut(slot) {
-                *u = false;
-            }
-        }
-    }
-}
-
 #[kunit_tests(rdma_metaroce_qp)]
 mod tests {
     use super::*;
@@ -277,16 +234,4 @@ mod tests {
         assert_eq!(a.apply(&bad_mtu), Err(EINVAL));
     }
 
-    #[test]
-    fn qp_numbers_are_unique_salted_and_never_0_or_1() -> Result {
-        let t = KBox::pin_init(QpnTable::new(0x2a5)?, GFP_KERNEL)?;
-        let a = t.alloc()?;
-        let b = t.alloc()?;
-        assert_ne!(a, b);
-        assert_eq!(a >> 14, 0x2a5);
-        assert!(a & (MAX_QP - 1) >= 2);
-        t.free(a);
-        assert_eq!(t.alloc()?, a);
-        Ok(())
-    }
 }

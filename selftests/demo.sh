@@ -7,9 +7,10 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib/net.sh"
 show() { echo; echo "\$ $*"; "$@"; }
 
+KO=${METAROCE_KO:-$HERE/../rdma_metaroce.ko}
 echo "== loading rdma_metaroce"
-insmod "$HERE/../rdma_metaroce.ko"
-show modinfo -p "$HERE/../rdma_metaroce.ko"
+insmod "$KO"
+show modinfo -p "$KO"
 echo; echo "== two hosts: hostA (veth0, 198.18.0.1) <-> hostB (veth1, 198.18.0.2)"
 mk_hosts
 ip -n hostA addr add 2001:2::1/64 dev veth0 nodad

@@ -97,3 +97,21 @@ void mrc_ib_set_parent(struct ib_device *ib, struct device *parent)
 {
 	ib->dev.parent = parent;
 }
+
+struct ib_umem *mrc_umem_get(struct ib_device *ib, u64 addr, size_t len, int access,
+			     int *err)
+{
+	struct ib_umem *umem = ib_umem_get_va(ib, addr, len, access);
+
+	if (IS_ERR(umem)) {
+		*err = PTR_ERR(umem);
+		return NULL;
+	}
+	*err = 0;
+	return umem;
+}
+
+int mrc_check_mr_access(struct ib_device *ib, unsigned int flags)
+{
+	return ib_check_mr_access(ib, flags);
+}

@@ -9,6 +9,7 @@
 
 #include <linux/netdevice.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/ib_umem.h>
 
 /* ib_alloc_device_with_net(): allocates `size` bytes whose head is a struct ib_device,
  * in the network namespace of `ndev`. */
@@ -44,5 +45,10 @@ struct device *mrc_parent_register(void);
 void mrc_parent_unregister(struct device *dev);
 /* ib_device->dev.parent = parent */
 void mrc_ib_set_parent(struct ib_device *ib, struct device *parent);
+/* ib_umem_get_va(): pins user memory; NULL with *err set on failure. */
+struct ib_umem *mrc_umem_get(struct ib_device *ib, u64 addr, size_t len, int access,
+			     int *err);
+/* ib_check_mr_access(): 0 or a negative errno. */
+int mrc_check_mr_access(struct ib_device *ib, unsigned int flags);
 
 #endif

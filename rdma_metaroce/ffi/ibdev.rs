@@ -106,6 +106,11 @@ impl IbDev {
         self.0.get()
     }
 
+    /// The raw device, for calls made by the FFI layer.
+    pub(super) fn as_raw(&self) -> *mut raw::ib_device {
+        self.as_ptr()
+    }
+
     /// The driver data of this device.
     pub(crate) fn data(&self) -> &DeviceData {
         // SAFETY: By the type invariant `self` heads a live `DevAlloc` with initialised

@@ -30,6 +30,22 @@ struct QpAlloc {
 
 const _: () = assert!(core::mem::offset_of!(QpAlloc, ib) == 0);
 
+/// A memory region: the driver allocates it (ib_core has no size for MRs) and hands
+/// ib_core the embedded `struct ib_mr`.
+#[repr(C)]
+struct MrAlloc {
+    ib: raw::ib_mr,
+    /// Pinned user pages (`reg_user_mr`), or NULL for the DMA MR of kernel consumers.
+    umem: *mut raw::ib_umem,
+}
+
+const _: () = assert!(core::mem::offset_of!(MrAlloc, ib) == 0);
+
+/// `ERR_PTR(errno)` for ops that return object pointers.
+fn err_ptr<T>(e: Error) -> *mut T {
+    e.to_errno() as isize as *mut T
+}
+
 /// Adds the verbs-object ops and object sizes to the device's ops table.
 pub(super) const fn install(mut ops: raw::ib_device_ops) -> raw::ib_device_ops {
     ops.size_ib_ucontext = core::mem::size_of::<raw::ib_ucontext>();
@@ -48,7 +64,91 @@ pub(super) const fn install(mut ops: raw::ib_device_ops) -> raw::ib_device_ops {
     ops.modify_qp = Some(modify_qp_cb);
     ops.query_qp = Some(query_qp_cb);
     ops.destroy_qp = Some(destroy_qp_cb);
+    ops.reg_user_mr = Some(reg_user_mr_cb);
+    ops.get_dma_mr = Some(get_dma_mr_cb);
+    ops.dereg_mr = Some(dereg_mr_cb);
     ops
+}
+
+/// Creates an MR object with fresh keys; `umem` is owned by it from now on (released
+/// here on failure).
+fn new_mr(dev: &IbDev, umem: *mut raw::ib_umem, iova: u64, length: u64) -> *mut raw::ib_mr {
+    let release = |umem: *mut raw::ib_umem| {
+        if !umem.is_null() {
+            // SAFETY: `umem` came from `mrc_umem_get` and is released exactly once.
+            unsafe { raw::ib_umem_release(umem) };
+        }
+    };
+    let key = match dev.data().mr_keys.alloc() {
+        Ok(k) => k,
+        Err(e) => {
+            release(umem);
+            return err_ptr(e);
+        }
+    };
+    let mut ib = raw::ib_mr::default();
+    ib.lkey = key;
+    ib.rkey = key;
+    ib.iova = iova;
+    ib.length = length;
+    match KBox::new(MrAlloc { ib, umem }, GFP_KERNEL) {
+        Ok(b) => KBox::into_raw(b).cast(),
+        Err(e) => {
+            dev.data().mr_keys.free(key);
+            release(umem);
+            err_ptr(e.into())
+        }
+    }
+}
+
+unsafe extern "C" fn reg_user_mr_cb(
+    pd: *mut raw::ib_pd,
+    start: u64,
+    length: u64,
+    virt_addr: u64,
+    access: c_int,
+    dmah: *mut raw::ib_dmah,
+    _udata: *mut raw::ib_udata,
+) -> *mut raw::ib_mr {
+    // SAFETY: ib_core passes a live PD of one of this driver's devices.
+    let dev = unsafe { IbDev::from_raw((*pd).device) };
+    if !dmah.is_null() {
+        return (-(raw::EOPNOTSUPP as isize)) as *mut raw::ib_mr;
+    }
+    // SAFETY: Pure check against the device's capabilities.
+    let ret = unsafe { raw::mrc_check_mr_access(dev.as_raw(), access as u32) };
+    if ret != 0 {
+        return ret as isize as *mut raw::ib_mr;
+    }
+    let Ok(len) = usize::try_from(length) else { return err_ptr(EINVAL) };
+    let mut err: c_int = 0;
+    // SAFETY: Pins the caller's pages (this runs in the caller's process context).
+    let umem = unsafe { raw::mrc_umem_get(dev.as_raw(), start, len, access, &mut err) };
+    if umem.is_null() {
+        return err as isize as *mut raw::ib_mr;
+    }
+    new_mr(dev, umem, virt_addr, length)
+}
+
+unsafe extern "C" fn get_dma_mr_cb(pd: *mut raw::ib_pd, _access: c_int) -> *mut raw::ib_mr {
+    // SAFETY: ib_core passes a live PD of one of this driver's devices.
+    let dev = unsafe { IbDev::from_raw((*pd).device) };
+    // Kernel consumers address memory by kernel virtual address (no DMA device).
+    new_mr(dev, core::ptr::null_mut(), 0, u64::MAX)
+}
+
+unsafe extern "C" fn dereg_mr_cb(mr: *mut raw::ib_mr, _udata: *mut raw::ib_udata) -> c_int {
+    // SAFETY: `mr` was returned by `new_mr` (KBox::into_raw) and ib_core deregisters it
+    // once; we take ownership back.
+    let b = unsafe { KBox::from_raw(mr.cast::<MrAlloc>()) };
+    // SAFETY: The device outlives its MRs.
+    let dev = unsafe { IbDev::from_raw(b.ib.device) };
+    dev.data().mr_keys.free(b.ib.lkey);
+    if !b.umem.is_null() {
+        // SAFETY: Owned by this MR; released exactly once.
+        unsafe { raw::ib_umem_release(b.umem) };
+    }
+    0
 }
 
 /// The driver's QP inside an ib_core QP.

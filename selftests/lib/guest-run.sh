@@ -9,7 +9,9 @@ mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 echo "guest: $(uname -r), flavour ${METAROCE_FLAVOUR:-?}" > "$OUT/guest.log"
 # Let unmodified verbs programs find the MetaRoCE provider in the repo's build dir.
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
-[ -f "$REPO/rdma-core-provider/env.sh" ] && . "$REPO/rdma-core-provider/env.sh" "$REPO/rdma-core-provider/out"
+# tools/vm copied the module and the provider into $OUT for this run.
+. "$REPO/rdma-core-provider/env.sh" "$OUT/provider"
+export METAROCE_KO=$OUT/rdma_metaroce.ko
 rc=0
 bash -c "$(cat "$OUT/.cmd")" >> "$OUT/guest.log" 2>&1 || rc=$?
 if [ -w /sys/kernel/debug/kmemleak ]; then

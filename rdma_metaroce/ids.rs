@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Identifier tables: QP numbers and memory keys. Each device owns fixed-size
+//! tables (allocated with the device, so no allocation happens later), and mixes a
+//! random per-device salt into every identifier so that they are not predictable
+//! (spec: security considerations) while lookup stays a table index.
+
+use kernel::new_spinlock;
+use kernel::prelude::*;
+use kernel::sync::SpinLock;
+
+/// How an identifier is built from a slot index and the salt.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Layout {
+    /// 24-bit QP numbers: `salt(10 bits) << 14 | slot(14 bits)`.
+    Qpn,
+    /// 32-bit memory keys (`lkey`/`rkey`): `slot(24 bits) << 8 | salt(8 bits)`.
+    Key,
+}
+
+/// A table of `slots` identifiers; the first `reserved` slots are never handed out.
+#[pin_data]
+pub(crate) struct IdTable {
+    layout: Layout,
+    salt: u32,
+    reserved: u32,
+    /// Slot occupancy, fixed size.
+    #[pin]
+    used: SpinLock<KVec<bool>>,
+}
+
+impl IdTable {
+    pub(crate) fn new(layout: Layout, slots: u32, reserved: u32, random: u32) -> Result<impl PinInit<Self, Error>> {
+        let limit = match layout {
+            Layout::Qpn => 1 << 14,
+            Layout::Key => 1 << 24,
+        };
+        if slots == 0 || slots > limit || reserved >= slots {
+            return Err(EINVAL);
+        }
+        let mut used = KVec::with_capacity(slots as usize, GFP_KERNEL)?;
+        for slot in 0..slots {
+            used.push(slot < reserved, GFP_KERNEL)?;
+        }
+        let salt = match layout {
+            Layout::Qpn => random & 0x3ff,
+            Layout::Key => random & 0xff,
+        };
+        Ok(try_pin_init!(Self {
+            layout,
+            salt,
+            reserved,
+            used <- new_spinlock!(used, "metaroce_ids"),
+        }? Error))
+    }
+
+    fn compose(&self, slot: u32) -> u32 {
+        match self.layout {
+            Layout::Qpn => self.salt << 14 | slot,
+            Layout::Key => slot << 8 | self.salt,
+        }
+    }
+
+    /// The slot an identifier names, if it was built by this table.
+    pub(crate) fn slot_of(&self, id: u32) -> Option<usize> {
+        let (slot, salt) = match self.layout {
+            Layout::Qpn => (id & 0x3fff, id >> 14),
+            Layout::Key => (id >> 8, id & 0xff),
+        };
+        (salt == self.salt).then_some(slot as usize)
+    }
+
+    /// A free identifier, or `ENOMEM` when the table is full.
+    pub(crate) fn alloc(&self) -> Result<u32> {
+        let mut used = self.used.lock();
+        let slot = used.iter().position(|u| !*u).ok_or(ENOMEM)?;
+        used[slot] = true;
+        Ok(self.compose(slot as u32))
+    }
+
+    /// Returns an identifier to the table (reserved or foreign ones are ignored).
+    pub(crate) fn free(&self, id: u32) {
+        let Some(slot) = self.slot_of(id) else { return };
+        if slot < self.reserved as usize {
+            return;
+        }
+        if let Some(u) = self.used.lock().get_mut(slot) {
+            *u = false;
+        }
+    }
+}
+
+#[kunit_tests(rdma_metaroce_ids)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qp_numbers_are_unique_salted_and_skip_reserved() -> Result {
+        let t = KBox::pin_init(IdTable::new(Layout::Qpn, 1 << 14, 2, 0x2a5)?, GFP_KERNEL)?;
+        let a = t.alloc()?;
+        let b = t.alloc()?;
+        assert_ne!(a, b);
+        assert_eq!(a >> 14, 0x2a5);
+        assert_eq!(t.slot_of(a), Some(2));
+        t.free(a);
+        assert_eq!(t.alloc()?, a);
+        Ok(())
+    }
+
+    #[test]
+    fn keys_carry_the_salt_in_the_low_byte_and_exhaust_cleanly() -> Result {
+        let t = KBox::pin_init(IdTable::new(Layout::Key, 3, 1, 0x1c5)?, GFP_KERNEL)?;
+        let a = t.alloc()?;
+        assert_eq!(a & 0xff, 0xc5);
+        assert_eq!(a >> 8, 1);
+        let _b = t.alloc()?;
+        assert_eq!(t.alloc(), Err(ENOMEM));
+        assert_eq!(t.slot_of(a ^ 1), None);
+        assert!(IdTable::new(Layout::Qpn, 1 << 15, 0, 0).is_err());
+        Ok(())
+    }
+}
