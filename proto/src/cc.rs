@@ -92,7 +92,8 @@ impl PathCc {
             let f = ((s.ce.min(s.rcvd) as u64) << 16) / s.rcvd as u64;
             let a = self.alpha as u64;
             let g = cfg.ecn_gain_shift as u32;
-            self.alpha = (a - a.checked_shr(g).unwrap_or(0) + f.checked_shr(g).unwrap_or(0)).min(65_536) as u32;
+            self.alpha = (a - a.checked_shr(g).unwrap_or(0) + f.checked_shr(g).unwrap_or(0))
+                .min(65_536) as u32;
         }
         let can_decrease = now_ns.saturating_sub(self.last_decrease) >= s.srtt_ns as u64;
         let target = s.min_rtt_ns as u64 + cfg.target_qdelay_ns as u64;

@@ -690,8 +690,8 @@ impl Connection {
         let mut paths = [Path::new(cwnd, rtt); MAX_PATHS];
         for (i, p) in paths.iter_mut().enumerate() {
             // Spec: MR-9.1.1 — path PSNs start at unpredictable values.
-            p.psn_next =
-                cfg.initial_tsn.rotate_left((i as u32).wrapping_mul(4)) ^ (i as u32).wrapping_mul(0x2545_F491);
+            p.psn_next = cfg.initial_tsn.rotate_left((i as u32).wrapping_mul(4))
+                ^ (i as u32).wrapping_mul(0x2545_F491);
         }
         Connection {
             cfg,
@@ -765,8 +765,8 @@ impl Connection {
         self.paths.fill(Path::new(cwnd, rtt));
         for (i, p) in self.paths.iter_mut().enumerate() {
             // Spec: MR-9.1.1 — path PSNs start at unpredictable values.
-            p.psn_next =
-                cfg.initial_tsn.rotate_left((i as u32).wrapping_mul(4)) ^ (i as u32).wrapping_mul(0x2545_F491);
+            p.psn_next = cfg.initial_tsn.rotate_left((i as u32).wrapping_mul(4))
+                ^ (i as u32).wrapping_mul(0x2545_F491);
         }
         self.cfg = cfg;
         self.state = QpState::Rts;

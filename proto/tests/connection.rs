@@ -591,7 +591,10 @@ fn discarded_packets_leave_no_trace() {
     let acks = t.out_b();
     assert_eq!(acks.len(), 1);
     // Received Count covers only the kept packet.
-    assert_eq!(u16::from_be_bytes([acks[0].1[20 + 30], acks[0].1[20 + 31]]), 1);
+    assert_eq!(
+        u16::from_be_bytes([acks[0].1[20 + 30], acks[0].1[20 + 31]]),
+        1
+    );
 }
 
 #[test]
@@ -619,7 +622,10 @@ fn nak_names_a_packet_of_the_failed_message() {
     let tsn = u32::from_be_bytes(p.1[12..16].try_into().unwrap());
     t.deliver_b(&p);
     let out = t.out_b();
-    let nak = out.iter().find(|x| x.1[1] == 0x20 && x.1[24] != 0).expect("a NAK");
+    let nak = out
+        .iter()
+        .find(|x| x.1[1] == 0x20 && x.1[24] != 0)
+        .expect("a NAK");
     assert_eq!(nak.1[24], 3, "NAK-ACCESS");
     assert_eq!(u32::from_be_bytes(nak.1[32..36].try_into().unwrap()), tsn);
 }
