@@ -2,10 +2,12 @@
 # SPDX-License-Identifier: GPL-2.0
 # MetaRoCE on Debian's stock kernel (guest side of tools/vm-stock): the running kernel
 # is Debian's own image with its own modules; MetaRoCE is installed the way a Debian
-# host installs it (Debian's headers + dkms + metaroce-dkms, and the provider package),
-# or, in --prebuilt mode, from a module built on the host against the same tree.
-# Then: modprobe, taint, links in two namespaces, rxe from the stock modules, verbs.
-# Prints KTAP. Settings come from $METAROCE_OUT/stock.env (written by tools/vm-stock).
+# host installs it. STOCK_MODE dkms-host: the DKMS install ran on the build machine
+# (selftests/stock/dkms-host.sh) and its result is layered over the modules directory;
+# dkms-guest: Debian's headers, dkms and metaroce-dkms are installed here and DKMS
+# builds for the running kernel. Then the provider package, modprobe, taint, links in
+# two namespaces, stock rxe, verbs. Prints KTAP.
+# Settings come from $METAROCE_OUT/stock.env (written by tools/vm-stock).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/../lib/ktap.sh"
@@ -66,19 +68,18 @@ check "the stock modules are available (modprobe rdma_rxe from the linux-modules
     bash -c "modprobe rdma_rxe && grep -q '^rdma_rxe ' /proc/modules"
 taint_before=$(cat /proc/sys/kernel/tainted)
 
-# A writable view of the stock modules directory (read-only from the host): DKMS and
-# depmod write into it, as on a host.
+# A writable view of the stock modules directory (read-only from the host), as on a
+# host: DKMS and depmod write into it. In dkms-host mode the DKMS result (the module in
+# updates/dkms and the new module index) lies on top.
 target=$(readlink -f "$MODS")
-if [ "$target" != "$MODS" ] || ! touch "$MODS/.w" 2>/dev/null; then
-    mkdir -p /run/metaroce-mods && mount -t tmpfs tmpfs /run/metaroce-mods
-    mkdir -p /run/metaroce-mods/upper /run/metaroce-mods/work
-    rm -f "$MODS" && mkdir -p "$MODS"
-    mount -t overlay overlay -o "lowerdir=$target,upperdir=/run/metaroce-mods/upper,workdir=/run/metaroce-mods/work" "$MODS"
-fi
-rm -f "$MODS/.w"
+mkdir -p /run/metaroce-mods && mount -t tmpfs tmpfs /run/metaroce-mods
+mkdir -p /run/metaroce-mods/upper /run/metaroce-mods/work
+rm -f "$MODS" 2>/dev/null; mkdir -p "$MODS"
+check "the modules directory is writable (overlay${STOCK_MODLAYER:+ with the DKMS result})" \
+    mount -t overlay overlay -o "lowerdir=${STOCK_MODLAYER:+$STOCK_MODLAYER:}$target,upperdir=/run/metaroce-mods/upper,workdir=/run/metaroce-mods/work" "$MODS"
 
 # --- installation ----------------------------------------------------------------------------
-if [ "$STOCK_MODE" = dkms ]; then
+if [ "$STOCK_MODE" = dkms-guest ]; then
     # Debian's headers for the running kernel, dkms and their dependencies, as apt would
     # install them (downloaded on the host: the guest has no network).
     # shellcheck disable=SC2046
@@ -87,26 +88,24 @@ if [ "$STOCK_MODE" = dkms ]; then
     check "the headers have no Rust artifacts (the case DKMS must handle)" \
         bash -c "[ -f $MODS/build/Module.symvers ] && [ ! -e $MODS/build/rust/libkernel.rmeta ]"
     # The Rust artifacts were prepared on the host by the package's own prepare-kdir from
-    # the same inputs; seed the package's cache with them (a TCG guest would need ~30 min).
+    # the same inputs; seed the package's cache with them (a TCG guest would need hours).
     mkdir -p "/var/lib/metaroce-dkms/$KVER"
     ln -sfn "$STOCK_KDIR" "/var/lib/metaroce-dkms/$KVER/build"
     ln -sfn "$STOCK_SRC" "/var/lib/metaroce-dkms/linux-source-$(dpkg-query -W -f='${Version}' linux-source-7.2)"
     start=$(date +%s)
     check "metaroce-dkms installs and DKMS builds rdma_metaroce for $KVER" \
         bash -c "dpkg -i $STOCK_PKGDIR/metaroce-dkms_*.deb >> $LOG 2>&1 && dkms status -k $KVER metaroce | tee -a $LOG | grep -q ': installed'"
-    ktap_diag "dkms install took $(( $(date +%s) - start )) s"
+    ktap_diag "dpkg -i metaroce-dkms (DKMS build + install) took $(( $(date +%s) - start )) s"
     check "the DKMS build reused the prepared Rust tree (no linux-source rebuild)" \
         grep -rq "reusing prepared tree" /var/lib/dkms/metaroce/
-    if ls "$STOCK_PKGDIR"/metaroce-ibverbs-provider_*.deb >/dev/null 2>&1; then
-        check "metaroce-ibverbs-provider installs (provider + metaroce.driver)" \
-            bash -c "dpkg -i $STOCK_PKGDIR/metaroce-ibverbs-provider_*.deb >> $LOG 2>&1 && [ -f /etc/libibverbs.d/metaroce.driver ] && ls /usr/lib/*/libibverbs/libmetaroce-rdmav*.so"
-    else
-        ktap_skip "metaroce-ibverbs-provider installs (no provider package built)"
-    fi
 else
-    mkdir -p "$MODS/updates"
-    check "install the host-built rdma_metaroce.ko into updates/ and depmod" \
-        bash -c "cp '$STOCK_KO' $MODS/updates/ && depmod -a $KVER"
+    check "the DKMS-installed module is in updates/dkms" bash -c "ls $MODS/updates/dkms/rdma_metaroce.ko*"
+fi
+if ls "$STOCK_PKGDIR"/metaroce-ibverbs-provider_*.deb >/dev/null 2>&1; then
+    check "metaroce-ibverbs-provider installs (provider + /etc/libibverbs.d/metaroce.driver)" \
+        bash -c "dpkg -i --force-confnew $STOCK_PKGDIR/metaroce-ibverbs-provider_*.deb >> $LOG 2>&1 && [ -f /etc/libibverbs.d/metaroce.driver ] && ls /usr/lib/*/libibverbs/libmetaroce-rdmav*.so"
+else
+    ktap_skip "metaroce-ibverbs-provider installs (no provider package was built)"
 fi
 check "modinfo rdma_metaroce: vermagic is $KVER" \
     bash -c "modinfo -F vermagic rdma_metaroce | grep -q '^$KVER '"
@@ -143,17 +142,32 @@ check "ibv_devices lists rxe0 (rdma-core on the stock kernel)" bash -c "A ibv_de
 check "ibv_rc_pingpong over stock rxe between the namespaces" pingpong rxe0 rxe1 c612:0101 c612:0102 198.18.1.2
 
 # --- verbs over MetaRoCE -------------------------------------------------------------------------------
-if A ibv_devices 2>/dev/null | grep -qw mrc0; then
-    check "ibv_rc_pingpong over MetaRoCE between the namespaces" pingpong mrc0 mrc1 c612:0001 c612:0002 198.18.0.2
+# Runs once the verbs path exists: the provider lists mrc0 and the kernel registers memory
+# (ibv_reg_mr, probed with pyverbs). Until then the step is skipped with the reason.
+reg_mr_probe() {
+    python3 - "$1" <<'PY'
+import sys
+from pyverbs.device import Context
+from pyverbs.pd import PD
+from pyverbs.mr import MR
+import pyverbs.enums as e
+ctx = Context(name=sys.argv[1])
+MR(PD(ctx), 4096, e.IBV_ACCESS_LOCAL_WRITE)
+PY
+}
+if ! A ibv_devices 2>/dev/null | grep -qw mrc0; then
+    ktap_skip "ibv_rc_pingpong over MetaRoCE (ibv_devices does not list mrc0: no verbs provider)"
+elif ! why=$(reg_mr_probe mrc0 2>&1); then
+    ktap_skip "ibv_rc_pingpong over MetaRoCE (ibv_reg_mr on mrc0 fails: no kernel data path yet: $(echo "$why" | tail -n1))"
 else
-    ktap_skip "ibv_rc_pingpong over MetaRoCE (ibv_devices does not list mrc0: no verbs data path yet)"
+    check "ibv_rc_pingpong over MetaRoCE between the namespaces" pingpong mrc0 mrc1 c612:0001 c612:0002 198.18.0.2
 fi
 
 # --- teardown --------------------------------------------------------------------------------------------
 rdma link del rxe0; rdma link del rxe1
 check "rdma link del mrc0 and mrc1" bash -c "rdma link del mrc0 && rdma link del mrc1 && [ ! -e $SYS/mrc0 ] && [ ! -e $SYS/mrc1 ]"
 check "rmmod rdma_metaroce" bash -c "rmmod rdma_metaroce && ! grep -q '^rdma_metaroce ' /proc/modules"
-if [ "$STOCK_MODE" = dkms ]; then
+if [ "$STOCK_MODE" = dkms-guest ]; then
     check "dpkg -r metaroce-dkms removes the module (dkms remove)" \
         bash -c "dpkg -r metaroce-dkms >> $LOG 2>&1 && ! modinfo rdma_metaroce >/dev/null 2>&1"
 fi
