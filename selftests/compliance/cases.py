@@ -1925,3 +1925,48 @@ def t_local_prot(T):
         c = T.dut.wait_cq(L.dqpn, 2, 1000)
         check([(x["wr"], x["status"]) for x in c] == [(1, 4), (2, WC_WR_FLUSH_ERR)],
               "completions %s, expected LOC_PROT_ERR then flush", c)
+
+
+# ---------------------------------------------------------------------------
+# 14. Cases added to kill mutants (see mutation.md)
+# ---------------------------------------------------------------------------
+
+@case("MR-3.5.6 MR-4.2.5", "RNR timer exponents above 19 are clamped to 19 (about 0.5 s for 0xa0)")
+def t_rnr_clamp(T):
+    code = 20 << 3          # e=20 -> clamped to 19: 8 * 2^19 / 8 us = 524 ms
+    with link(T, min_path_rto_us=3000000, min_rto_us=4000000, initial_rtt_us=500000,
+              max_rto_us=8000000) as L:
+        post(T, L, 1, "send", len=10)
+        r = L.recv(1.0, first_tx)
+        check(r is not None, "no packet")
+        tn = time.monotonic()
+        L.ack(L.dtsn0, path=r.p.path, echo_psn=r.p.psn, echo_ts=r.p.ts, syndrome=SYN_RNR,
+              rnr_timer=code, msn=0, nak_tsn=L.dtsn0)
+        re = L.recv(2.0, data_pred)
+        check(re is not None, "not resent within 2 s")
+        dt = (re.t - tn) * 1e3
+        check(500 <= dt <= 900, "resent after %.0f ms; code 0xa0 means 524 ms (e clamped to 19)", dt)
+
+
+@case("MR-3.5.1", "ACK echo fields apply to the EchoPth path, not to the ACK's own MRH path id",
+      todo="core bug 5: on_ack attributes RTT, acknowledged PSN and ECN counts to the MRH path "
+           "id of the ACK and ignores the EchoPth field")
+def t_echo_path_field(T):
+    need(T, "paths")
+    with link(T, ecn_g_shift=0, **CC_CONF, **NO_DELAY) as L:
+        post(T, L, 1, "write", len=400 * 1024, va=0, rkey=1)
+        R = Receiver(L)
+        rx, per = burst(L)
+        for r in rx:
+            R.take(r)
+        before = cwnds(T, L)
+        hi = R.path_hi[1]
+        # Echo of path 1 (fully CE-marked) carried on MRH path 0.
+        a = M.ACKH(cum_tsn=R.cum, echo_path=1, ack_flags=M.AF_ECE, echo_psn=hi[0], echo_ts=hi[1],
+                   ce_count=per.get(1, 0), rcv_count=per.get(1, 0), sack=bytes(32))
+        L.send_raw(bytes(L.mrh(ACK, path=0, psn=0, tsn=0) / a), 0)
+        burst(L)
+        after = cwnds(T, L)
+        check(after[1] <= before[1] // 2 + 1,
+              "path 1 window %d -> %d: its CE echo (carried on path 0) was not applied to it",
+              before[1], after[1])
