@@ -89,9 +89,11 @@ if [ "$STOCK_MODE" = dkms-guest ]; then
         bash -c "[ -f $MODS/build/Module.symvers ] && [ ! -e $MODS/build/rust/libkernel.rmeta ]"
     # The Rust artifacts were prepared on the host by the package's own prepare-kdir from
     # the same inputs; seed the package's cache with them (a TCG guest would need hours).
-    mkdir -p "/var/lib/metaroce-dkms/$KVER"
-    ln -sfn "$STOCK_KDIR" "/var/lib/metaroce-dkms/$KVER/build"
-    ln -sfn "$STOCK_SRC" "/var/lib/metaroce-dkms/linux-source-$(dpkg-query -W -f='${Version}' linux-source-7.2)"
+    if [ "${STOCK_SEED:-1}" = 1 ]; then
+        mkdir -p "/var/lib/metaroce-dkms/$KVER"
+        ln -sfn "$STOCK_KDIR" "/var/lib/metaroce-dkms/$KVER/build"
+        ln -sfn "$STOCK_SRC" "/var/lib/metaroce-dkms/linux-source-$(dpkg-query -W -f='${Version}' linux-source-7.2)"
+    fi
     start=$(date +%s)
     check "metaroce-dkms installs and DKMS builds rdma_metaroce for $KVER" \
         bash -c "dpkg -i $STOCK_PKGDIR/metaroce-dkms_*.deb >> $LOG 2>&1 && dkms status -k $KVER metaroce | tee -a $LOG | grep -q ': installed'"
@@ -142,23 +144,13 @@ check "ibv_devices lists rxe0 (rdma-core on the stock kernel)" bash -c "A ibv_de
 check "ibv_rc_pingpong over stock rxe between the namespaces" pingpong rxe0 rxe1 c612:0101 c612:0102 198.18.1.2
 
 # --- verbs over MetaRoCE -------------------------------------------------------------------------------
-# Runs once the verbs path exists: the provider lists mrc0 and the kernel registers memory
-# (ibv_reg_mr, probed with pyverbs). Until then the step is skipped with the reason.
-reg_mr_probe() {
-    python3 - "$1" <<'PY'
-import sys
-from pyverbs.device import Context
-from pyverbs.pd import PD
-from pyverbs.mr import MR
-import pyverbs.enums as e
-ctx = Context(name=sys.argv[1])
-MR(PD(ctx), 4096, e.IBV_ACCESS_LOCAL_WRITE)
-PY
-}
+# Runs by itself once the verbs path exists: the provider lists mrc0 and the kernel
+# creates what ibv_rc_pingpong needs (PD, MR, CQ, RC QP; verbs_probe.py). Until then the
+# step is skipped with the reason.
 if ! A ibv_devices 2>/dev/null | grep -qw mrc0; then
     ktap_skip "ibv_rc_pingpong over MetaRoCE (ibv_devices does not list mrc0: no verbs provider)"
-elif ! why=$(reg_mr_probe mrc0 2>&1); then
-    ktap_skip "ibv_rc_pingpong over MetaRoCE (ibv_reg_mr on mrc0 fails: no kernel data path yet: $(echo "$why" | tail -n1))"
+elif ! why=$(A python3 "$HERE/verbs_probe.py" mrc0 2>&1); then
+    ktap_skip "ibv_rc_pingpong over MetaRoCE (no data path yet: $(echo "$why" | tail -n1))"
 else
     check "ibv_rc_pingpong over MetaRoCE between the namespaces" pingpong mrc0 mrc1 c612:0001 c612:0002 198.18.0.2
 fi
