@@ -56,6 +56,16 @@ mod tests {
         }
     }
 
+    /// Two whole connections (zero-allocated on the heap, reset in place) run the
+    /// core's loopback exchange — sends, writes, reads and atomics — in the kernel.
+    #[test]
+    fn two_connections_complete_the_loopback_exchange() -> kernel::error::Result {
+        let mut a = crate::ffi::new_zeroed::<crate::proto::Connection>()?;
+        let mut b = crate::ffi::new_zeroed::<crate::proto::Connection>()?;
+        assert_eq!(crate::proto::selftest::loopback(&mut a, &mut b), Ok(()));
+        Ok(())
+    }
+
     #[test]
     fn sack_bitmap_tracks_holes() {
         let mut b = Bits256::default();

@@ -18,6 +18,9 @@
 //! The callbacks ib_core and the netdev layer invoke are trampolines here that turn raw
 //! pointers into these types and call the safe driver logic in [`crate::device`].
 
+use kernel::alloc::flags::__GFP_ZERO;
+use kernel::prelude::*;
+
 pub(crate) mod raw;
 
 mod ibdev;
@@ -30,6 +33,26 @@ pub(crate) use ibdev::{
     PortInfo, PortState,
 };
 pub(crate) use link::LinkOps;
+
+/// Types whose all-zero bit pattern is a valid value, so they can be allocated
+/// zero-filled on the heap without ever being built on the (small) kernel stack.
+///
+/// # Safety
+///
+/// Implementors guarantee that all-zero bytes form a valid, safe-to-use value.
+pub(crate) unsafe trait ZeroValid {}
+
+// SAFETY: The protocol core specifies that a zero-filled `Connection` is valid (spec
+// MR-10.2.2: every field is an integer, array or zero-valid option), and
+// proto/tests/zeroed.rs asserts it on the host.
+unsafe impl ZeroValid for crate::proto::Connection {}
+
+/// A heap value of `T`, zero-filled (then typically `reset` in place by the caller).
+pub(crate) fn new_zeroed<T: ZeroValid>() -> Result<KBox<T>> {
+    let b = KBox::<T>::new_uninit(GFP_KERNEL | __GFP_ZERO)?;
+    // SAFETY: The allocation is zero-filled and `T: ZeroValid`.
+    Ok(unsafe { b.assume_init() })
+}
 
 /// A random 32-bit value from the kernel's CRNG (QP number salts, initial PSNs).
 pub(crate) fn random_u32() -> u32 {
