@@ -361,11 +361,9 @@ unsafe extern "C" fn query_device_cb(
 ) -> c_int {
     // SAFETY: ib_core calls this op only on devices of this driver (see `from_raw`).
     let dev = unsafe { IbDev::from_raw(ib) };
-    // SAFETY: `udata` is NULL or valid for the call.
-    if let Some(u) = unsafe { udata.as_ref() } {
-        if u.inlen != 0 || u.outlen != 0 {
-            return EINVAL.to_errno();
-        }
+    // SAFETY: ib_core passes NULL or a valid udata for the call.
+    if unsafe { has_driver_data(udata) } {
+        return EINVAL.to_errno();
     }
     let c = crate::device::device_caps(dev);
     // SAFETY: `attr` points to a caller-owned `ib_device_attr` for the duration of the call.
@@ -402,6 +400,17 @@ unsafe extern "C" fn query_device_cb(
     // `rdma link del` must be allowed for software devices.
     a.kernel_cap_flags = u64::from(raw::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG);
     0
+}
+
+/// Whether a user call carries driver-private request or response data. User ABI v1
+/// defines none, so any is a malformed request (`EINVAL`).
+///
+/// # Safety
+///
+/// `udata` must be NULL or point to a valid `ib_udata` for the duration of the call.
+pub(super) unsafe fn has_driver_data(udata: *const raw::ib_udata) -> bool {
+    // SAFETY: Per the contract.
+    unsafe { udata.as_ref() }.is_some_and(|u| u.inlen != 0 || u.outlen != 0)
 }
 
 fn clamp(v: u32) -> c_int {

@@ -230,11 +230,9 @@ unsafe extern "C" fn modify_qp_cb(
     mask: c_int,
     udata: *mut raw::ib_udata,
 ) -> c_int {
-    // SAFETY: `udata` is NULL or valid for the call.
-    if let Some(u) = unsafe { udata.as_ref() } {
-        if u.inlen != 0 || u.outlen != 0 {
-            return EINVAL.to_errno();
-        }
+    // SAFETY: ib_core passes NULL or a valid udata for the call.
+    if unsafe { super::ibdev::has_driver_data(udata) } {
+        return EINVAL.to_errno();
     }
     // SAFETY: ib_core passes a valid attribute struct and a live QP of this driver.
     let (a, qp) = unsafe { (&*attr, qp(ib)) };
