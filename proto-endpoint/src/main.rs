@@ -302,8 +302,9 @@ impl Endpoint {
     /// Runs timers, transmits and collects completions of every QP.
     fn pump(&mut self) {
         let qpns: Vec<u32> = self.qps.keys().copied().collect();
-        let mut buf = vec![0u8; 10_000];
         for qpn in qpns {
+            // Exactly the buffer size the core asks for, as a driver would use.
+            let mut buf = vec![0u8; self.qps[&qpn].conn.max_packet_len()];
             let now = self.now();
             let mut out: Vec<(u16, Ecn, Vec<u8>)> = Vec::new();
             let peer;

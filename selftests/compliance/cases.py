@@ -1970,3 +1970,43 @@ def t_echo_path_field(T):
         check(after[1] <= before[1] // 2 + 1,
               "path 1 window %d -> %d: its CE echo (carried on path 0) was not applied to it",
               before[1], after[1])
+
+
+@case("MR-3.3.4 MR-4.4.5 MR-3.4.1 MR-4.4.4",
+      "DUT atomics: ATH carries swap/add and compare; a malformed ATOMIC_RESP is discarded; "
+      "the original value lands in host order")
+def t_requester_atomics(T):
+    with link(T) as L:
+        post(T, L, 1, "faa", va=0x1008, rkey=9, add=5)
+        post(T, L, 2, "cas", va=0x2000, rkey=9, compare=0x0102030405060708, swap=0x1111)
+        rx = collect(L, 2, 1.0, first_tx)
+        check(len(rx) == 2, "got %d atomic requests", len(rx))
+        rx.sort(key=lambda r: (r.p.tsn - L.dtsn0) & 0xFFFFFFFF)
+        exp = [(FAA, 0x1008, 5, 0), (CAS, 0x2000, 0x1111, 0x0102030405060708)]
+        for r, (op, va, sw, cmp_) in zip(rx, exp):
+            q, a = r.req, r.hdr(M.ATH)
+            check(r.op == op and q.msglen == 8 and q.offset == 0 and q.va == va and q.rkey == 9,
+                  "REQH %s", q.summary())
+            check(a is not None and a.swap_add == sw and a.compare == cmp_,
+                  "ATH swap/add %s compare %s", a and hex(a.swap_add), a and hex(a.compare))
+            check(r.flags & M.F_LAST and r.flags & M.F_ACK_REQ and not r.payload(),
+                  "atomic request flags/payload")
+
+        def resp(msn, orig, offset=0):
+            p = L.mrh(ATOMIC_RESP, flags=M.F_LAST | M.F_ACK_REQ, path=0, tsn=L.next_tsn()) / \
+                M.RSPH(req_msn=msn, offset=offset, resp_len=8)
+            L.send_raw(bytes(p) + struct.pack(">Q", orig), 0)
+
+        resp(0, 0xdead, offset=4)        # malformed: ATOMIC_RESP offset must be 0
+        ack_all(L, rx, 2)
+        c = T.dut.wait_cq(L.dqpn, 1, 150)
+        check(not c, "completion from a malformed ATOMIC_RESP: %s", c)
+        L.tsn = (L.tsn - 1) & 0xFFFFFFFF  # the malformed one was discarded: reuse its TSN
+        resp(0, 0x1122334455667788)
+        resp(1, 0x0102030405060708)
+        c = T.dut.wait_cq(L.dqpn, 2, 1000)
+        check([(x["wr"], x["status"], x["opcode"]) for x in c] ==
+              [(1, WC_SUCCESS, "faa"), (2, WC_SUCCESS, "cas")], "completions %s", c)
+        b1 = bytes.fromhex(T.dut.cmd("local_buf qpn=%#x wr=1" % L.dqpn)["data"])
+        check(u64(T, b1[:8]) == 0x1122334455667788, "FAA original value in the local buffer: %s",
+              b1[:8].hex())

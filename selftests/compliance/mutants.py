@@ -44,14 +44,25 @@ def main():
     ap.add_argument("--port", type=int, default=14792)
     ap.add_argument("--budget", type=int, default=0, help="stop after this many seconds")
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--retest", action="store_true",
+                    help="re-run missed mutants of an earlier run with the current suite "
+                         "and endpoint (after adding cases)")
     args = ap.parse_args()
     t_start = time.monotonic()
 
     work = args.work
     res_path = os.path.join(work, "results.json")
     results = {}
-    if args.resume and os.path.exists(res_path):
+    if (args.resume or args.retest) and os.path.exists(res_path):
         results = json.load(open(res_path))
+        if args.retest:
+            shutil.rmtree(os.path.join(work, "proto-endpoint"), ignore_errors=True)
+            sh("git -C %s archive HEAD proto-endpoint | tar -x -C %s" % (ROOT, work), check=True)
+            for k, r in list(results.items()):
+                if k != "baseline" and r.get("outcome") in ("missed", "flaky"):
+                    r["before_retest"] = r["outcome"]
+                    del results[k]
+            results.pop("baseline", None)
     else:
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
@@ -151,7 +162,18 @@ def main():
                         name_ = fails[0].split("] ", 1)[1].split(":", 1)[0]
                         rc2, _, _ = run_suite(["--only", "^%s$" % name_])
                         if rc2 == 0:
-                            outcome = "flaky"
+                            # Not reproducible: run every other case; a failure
+                            # that reproduces there catches the mutant.
+                            outcome, caught_by = "missed", "flaky " + name_
+                            rc3, out3, _ = run_suite(["--only", "^(?!%s$)" % name_])
+                            f3 = [l for l in out3.splitlines()
+                                  if l.startswith("not ok") and "# TODO" not in l]
+                            if rc3 not in (0, "timeout") and f3:
+                                n3 = f3[0].split("] ", 1)[1].split(":", 1)[0]
+                                if run_suite(["--only", "^%s$" % n3])[0] != 0:
+                                    outcome, caught_by = "caught", f3[0][:160]
+                            elif rc3 == "timeout":
+                                outcome = "timeout"
         finally:
             sh(["patch", "-s", "-R", "-p0", "-d", proto], input=diff, text=True, capture_output=True)
         results[key] = dict(name=name, file=m["file"], function=(m.get("function") or {}).get(
@@ -168,6 +190,9 @@ def main():
         s = summary.setdefault(r["file"], {})
         s[r["outcome"]] = s.get(r["outcome"], 0) + 1
     print("\n| file | caught | missed | unviable | timeout | score (caught+timeout / viable) |")
+    print("|---|---|---|---|---|---|")
+    for f, s in sorted(summary.items()):
+        pass
     print("|---|---|---|---|---|---|")
     for f, s in sorted(summary.items()):
         c, mi, u, to = (s.get(x, 0) for x in ("caught", "missed", "unviable", "timeout"))
