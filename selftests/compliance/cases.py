@@ -2010,3 +2010,49 @@ def t_requester_atomics(T):
         b1 = bytes.fromhex(T.dut.cmd("local_buf qpn=%#x wr=1" % L.dqpn)["data"])
         check(u64(T, b1[:8]) == 0x1122334455667788, "FAA original value in the local buffer: %s",
               b1[:8].hex())
+
+
+@case("MR-8.2.1 MR-8.3.2 MR-8.6.1",
+      "default ECN gain g=1/16: alpha follows the EWMA exactly (window 8192 -> 7936 -> 7456)")
+def t_cc_ecn_ewma(T):
+    need(T, "paths")
+    with link(T, **CC_CONF, **NO_DELAY) as L:
+        post(T, L, 1, "write", len=400 * 1024, va=0, rkey=1)
+        R = Receiver(L)
+        rx, per = burst(L)
+        expect = [8192 - (8192 * 4096 >> 17)]                   # alpha = 1/16
+        a2 = 4096 - (4096 >> 4) + (65536 >> 4)                   # alpha = 1/16 - 1/256 + 1/16
+        expect.append(expect[0] - (expect[0] * a2 >> 17))
+        for k in range(2):
+            for r in rx:
+                R.take(r)
+            if k == 1:
+                # At most one decrease per RTT: leave two smoothed RTTs since the first.
+                srtt = T.dut.paths(L.dqpn)[0]["srtt_ns"] / 1e9
+                time.sleep(max(0.0, 2.5 * srtt - (time.monotonic() - t_first)))
+            n0 = R.path_cnt.get(0, 0)
+            R.ack_path(0, msn=0, ce=n0, flags=M.AF_ECE)
+            t_first = time.monotonic() if k == 0 else t_first
+            R.ack_path(1, msn=0)
+            rx, per = burst(L)
+            w = cwnds(T, L)
+            check(w[0] == expect[k], "after %d fully marked RTT(s): path 0 window %d, expected %d",
+                  k + 1, w[0], expect[k])
+
+
+@case("MR-5.5.1 MR-3.5.1 MR-5.2.3",
+      "an ACK with Received Count 0 still acknowledges data but gives no RTT sample")
+def t_ack_rcv_zero(T):
+    need(T, "paths")
+    with link(T, paths=2, initial_rtt_us=20000) as L:
+        post(T, L, 1, "write", len=2048, va=0, rkey=1)
+        rx = collect(L, 2, 1.0, first_tx)
+        check(len(rx) == 2, "got %d packets", len(rx))
+        time.sleep(0.05)   # make a (forbidden) sample from this ACK clearly visible: 50+ ms
+        r = max(rx, key=lambda r: r.p.tsn)
+        L.ack((L.dtsn0 + 2) & 0xFFFFFFFF, path=0, echo_psn=r.p.psn, echo_ts=r.p.ts, rcv=0, msn=1)
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check(c and c[0]["status"] == WC_SUCCESS, "completion %s", c)
+        srtt = [p["srtt_ns"] for p in T.dut.paths(L.dqpn)]
+        check(all(s == 20_000_000 for s in srtt), "RTT sampled from an ACK reporting no new "
+              "packets: srtt %s (initial 20 ms)", srtt)
