@@ -45,6 +45,10 @@ else
     check "the build prepared the Rust artifacts from /usr/src/linux-source-7.2.tar.xz" \
         bash -c "grep -rq 'prepared /var/lib/metaroce-dkms/$KVER/build for $KVER' /var/lib/dkms/metaroce/ && [ -f /var/lib/metaroce-dkms/$KVER/build/rust/libkernel.rmeta ]"
 fi
+mlog=$(find /var/lib/dkms/metaroce -name make.log 2>/dev/null | head -n1)
+[ -n "$mlog" ] && cp "$mlog" "$METAROCE_OUT/dkms-make.log"
+check "the DKMS build log has no compiler or objtool warnings (Debian's gcc config)" \
+    bash -c "[ -s '$METAROCE_OUT/dkms-make.log' ] && ! grep -E 'warning:' '$METAROCE_OUT/dkms-make.log'"
 ko=$(ls "$MODS"/updates/dkms/rdma_metaroce.ko* 2>/dev/null | head -n1)
 check "the module is installed in updates/dkms and indexed by depmod" \
     bash -c "[ -n '$ko' ] && grep -q '^updates/dkms/rdma_metaroce.ko[.a-z]*:.*ib_core' $MODS/modules.dep"

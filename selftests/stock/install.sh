@@ -142,6 +142,7 @@ check "rdma link add rxe0/rxe1 (stock rdma_rxe) in hostA/hostB" \
     bash -c "ip netns exec hostA rdma link add rxe0 type rxe netdev veth2 && ip netns exec hostB rdma link add rxe1 type rxe netdev veth3"
 check "ibv_devices lists rxe0 (rdma-core on the stock kernel)" bash -c "A ibv_devices | grep -qw rxe0"
 check "ibv_rc_pingpong over stock rxe between the namespaces" pingpong rxe0 rxe1 c612:0101 c612:0102 198.18.1.2
+check "the verbs probe (PD, MR, CQ, RC QP) passes on stock rxe0" A python3 "$HERE/verbs_probe.py" rxe0
 
 # --- verbs over MetaRoCE -------------------------------------------------------------------------------
 # Runs by itself once the verbs path exists: the provider lists mrc0 and the kernel

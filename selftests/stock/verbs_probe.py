@@ -18,12 +18,12 @@ try:
     step = "ibv_alloc_pd"
     pd = PD(ctx)
     step = "ibv_reg_mr"
-    mr = MR(pd, 4096, e.IBV_ACCESS_LOCAL_WRITE)
+    mr = MR(pd, 4096, e.ibv_access_flags.IBV_ACCESS_LOCAL_WRITE)
     step = "ibv_create_cq"
     cq = CQ(ctx, 16)
     step = "ibv_create_qp (RC)"
     cap = QPCap(max_send_wr=4, max_recv_wr=4, max_send_sge=1, max_recv_sge=1)
-    qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
+    qp = QP(pd, QPInitAttr(qp_type=e.ibv_qp_type.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
 except Exception as err:  # pyverbs raises PyverbsRDMAError / PyverbsError
     print(f"{step} fails: {err}")
     sys.exit(1)
