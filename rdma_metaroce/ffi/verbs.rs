@@ -30,6 +30,17 @@ struct QpAlloc {
 
 const _: () = assert!(core::mem::offset_of!(QpAlloc, ib) == 0);
 
+/// An address handle: `struct ib_ah` first, then the destination it names (the peer's
+/// GID: an IPv4-mapped or IPv6 address) and the local GID index to send from.
+#[repr(C)]
+struct AhAlloc {
+    ib: raw::ib_ah,
+    dgid: [u8; 16],
+    sgid_index: u8,
+}
+
+const _: () = assert!(core::mem::offset_of!(AhAlloc, ib) == 0);
+
 /// A memory region: the driver allocates it (ib_core has no size for MRs) and hands
 /// ib_core the embedded `struct ib_mr`.
 #[repr(C)]
@@ -64,10 +75,53 @@ pub(super) const fn install(mut ops: raw::ib_device_ops) -> raw::ib_device_ops {
     ops.modify_qp = Some(modify_qp_cb);
     ops.query_qp = Some(query_qp_cb);
     ops.destroy_qp = Some(destroy_qp_cb);
+    ops.size_ib_ah = core::mem::size_of::<AhAlloc>();
+    ops.create_ah = Some(create_ah_cb);
+    ops.create_user_ah = Some(create_ah_cb);
+    ops.query_ah = Some(query_ah_cb);
+    ops.destroy_ah = Some(destroy_ah_cb);
     ops.reg_user_mr = Some(reg_user_mr_cb);
     ops.get_dma_mr = Some(get_dma_mr_cb);
     ops.dereg_mr = Some(dereg_mr_cb);
     ops
+}
+
+unsafe extern "C" fn create_ah_cb(
+    ib: *mut raw::ib_ah,
+    init: *mut raw::rdma_ah_init_attr,
+    _udata: *mut raw::ib_udata,
+) -> c_int {
+    // SAFETY: ib_core passes a valid init struct whose `ah_attr` is valid for the call.
+    let attr = unsafe { &*(*init).ah_attr };
+    // MetaRoCE addresses peers by IP: an address vector without a GRH names nobody.
+    if u32::from(attr.ah_flags) & raw::ib_ah_flags_IB_AH_GRH == 0 {
+        return EINVAL.to_errno();
+    }
+    // SAFETY: `ib` heads a zeroed allocation of size_of::<AhAlloc>() bytes owned by
+    // this call; plain data, nothing to drop. `dgid` is a 16-byte union.
+    unsafe {
+        let a = ib.cast::<AhAlloc>();
+        (*a).dgid = attr.grh.dgid.raw;
+        (*a).sgid_index = attr.grh.sgid_index;
+    }
+    0
+}
+
+unsafe extern "C" fn query_ah_cb(ib: *mut raw::ib_ah, out: *mut raw::rdma_ah_attr) -> c_int {
+    // SAFETY: `ib` is a live AH of this driver; `out` is caller-owned for the call.
+    unsafe {
+        let a = &*ib.cast::<AhAlloc>();
+        (*out).ah_flags = raw::ib_ah_flags_IB_AH_GRH as u8;
+        (*out).port_num = 1;
+        (*out).grh.dgid.raw = a.dgid;
+        (*out).grh.sgid_index = a.sgid_index;
+    }
+    0
+}
+
+unsafe extern "C" fn destroy_ah_cb(_ib: *mut raw::ib_ah, _flags: u32) -> c_int {
+    // Plain data inside ib_core's allocation: nothing to release.
+    0
 }
 
 /// Creates an MR object with fresh keys; `umem` is owned by it from now on (released

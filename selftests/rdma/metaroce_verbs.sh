@@ -171,5 +171,31 @@ except PyverbsRDMAError as x:
 else:
     raise SystemExit("accepted")
 PY
+check "pyverbs: address handles need a GRH (EINVAL without); one to 198.18.0.2 is created" py <<'PY'
+import errno
+import pyverbs.device as d
+from pyverbs_compat import e
+from pyverbs.pd import PD
+from pyverbs.addr import AH, AHAttr, GlobalRoute, GID
+from pyverbs.pyverbs_error import PyverbsRDMAError
+ctx = d.Context(name='mrc0'); pd = PD(ctx)
+base = '/sys/class/infiniband/mrc0/ports/1/'
+def sysfs(p):
+    try:
+        return open(base + p).read().strip()
+    except OSError:
+        return ''
+gid_index = next(i for i in range(128) if sysfs('gids/%d' % i) == '0000:0000:0000:0000:0000:ffff:c612:0001'
+                 and sysfs('gid_attrs/types/%d' % i) == 'RoCE v2')
+gr = GlobalRoute(dgid=GID('0000:0000:0000:0000:0000:ffff:c612:0002'), sgid_index=gid_index)
+ah = AH(pd, attr=AHAttr(gr=gr, is_global=1, port_num=1))
+ah.close()
+try:
+    AH(pd, attr=AHAttr(is_global=0, port_num=1))
+except PyverbsRDMAError as x:
+    assert x.error_code == errno.EINVAL, x
+else:
+    raise SystemExit("AH without GRH accepted")
+PY
 check "rmmod with links, after all user contexts closed" rmmod rdma_metaroce
 ktap_finish
