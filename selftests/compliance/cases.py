@@ -1238,6 +1238,16 @@ def t_unsignaled(T):
               "unsignaled WR not flushed with an error completion: %s", c)
 
 
+@case("MR-2.2.3", "a send WR longer than 2^31 bytes is refused at posting")
+def t_msg_too_long(T):
+    with link(T) as L:
+        try:
+            post(T, L, 1, "write", len=(1 << 31) + 1, va=0, rkey=1, local_len=8)
+        except DutError:
+            return
+        raise Fail("a 2^31+1 byte WRITE was accepted")
+
+
 @case("MR-4.5.1", "posting beyond the queue depth is refused, no completion lost")
 def t_queue_full(T):
     with link(T) as L:
@@ -1729,6 +1739,16 @@ def t_blackhole(T):
         check(c and c[0]["status"] == WC_SUCCESS, "completion %s", c)
         bh = [r for r in log if r.sport == bh_port and first_tx(r) and r.p.path == 2]
         check(bh, "nothing was sent on path 2")
+        # The black-holed packets are moved to other paths by the path timeout,
+        # not left to the connection RTO (2 s here).
+        lost = {r.p.tsn for r in log if r.sport == bh_port and data_pred(r)}
+        moved = [r for r in log if r.p.tsn in lost and r.sport != bh_port and data_pred(r)]
+        check(moved, "black-holed packets never retransmitted elsewhere")
+        dt_move = (min(r.t for r in moved) - bh[0].t) * 1e3
+        check(dt_move <= prto / 1e3 + 400, "first black-holed packet retransmitted elsewhere only "
+              "after %.0f ms (path RTO floor %d ms, connection RTO 2 s)", dt_move, prto // 1000)
+        if T.dut.has("counters"):
+            check(counters(T, L).get("path_timeouts", 1) >= 1, "no path timeout counted")
         span = (bh[-1].t - bh[0].t) * 1e3
         check(span <= prto / 1e3 + 150, "new data kept going to the black hole for %.0f ms "
               "(path RTO floor %d ms)", span, prto // 1000)
