@@ -637,14 +637,19 @@ impl Endpoint {
                     }
                 }
                 wr = wr.with_flags(flags);
-                let data = match a.0.get("data") {
-                    Some(h) => unhex(h)?,
-                    None => (0..wr.len).map(|i| (i * 7 + wr_id as u32) as u8).collect(),
-                };
-                let mut local = data;
                 // local_len= makes the local buffer shorter than the WR (a
                 // local protection error when gathering/scattering, MR-7.3.5).
                 let ll = a.num_or("local_len", wr.len.max(8) as u64)? as usize;
+                if ll > 64 << 20 {
+                    return Err("local buffer too large".into());
+                }
+                let data = match a.0.get("data") {
+                    Some(h) => unhex(h)?,
+                    None => (0..ll as u32)
+                        .map(|i| i.wrapping_mul(7).wrapping_add(wr_id as u32) as u8)
+                        .collect(),
+                };
+                let mut local = data;
                 local.resize(ll, 0);
                 qp.conn
                     .post_send(wr)
