@@ -84,9 +84,15 @@ def main():
         T = lib.Tester(dut, args.tester_ip, args.port, args.dut_ip)
 
     results = {}
+    crashed = None
     npass = nfail = nskip = ntodo = 0
     for i, c in enumerate(sel, 1):
         tag = "[%s] %s: %s" % (" ".join(c.clauses), c.name, c.desc)
+        if crashed:
+            out.write("not ok %d - %s\n#   %s\n" % (i, tag, crashed))
+            results[c.name] = "fail"
+            nfail += 1
+            continue
         if skip_all:
             out.write("ok %d - %s # SKIP %s\n" % (i, tag, skip_all))
             results[c.name] = "skip"
@@ -123,9 +129,9 @@ def main():
             if args.fail_fast:
                 skip_all = "fail-fast after %s" % c.name
         out.flush()
-        if dut is not None and dut.p.poll() is not None:
-            skip_all = "DUT helper exited (rc=%s)" % dut.p.returncode
-            print("# " + skip_all)
+        if dut is not None and dut.p.poll() is not None and not crashed:
+            crashed = "DUT helper exited (rc=%s) during %s" % (dut.p.returncode, c.name)
+            out.write("# %s\n" % crashed)
 
     if dut is not None:
         dut.close()
