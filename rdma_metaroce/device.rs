@@ -141,9 +141,9 @@ pub(crate) fn device_caps(dev: &IbDev) -> DeviceCaps {
         max_pd: 65536,
         max_qp_rd_atom: crate::qp::MAX_RD_ATOMIC as u32,
         max_ah: 65536,
-        max_srq: 4096,
-        max_srq_wr: 16384,
-        max_srq_sge: 32,
+        max_srq: crate::srq::MAX_SRQ,
+        max_srq_wr: crate::qp::MAX_QP_WR,
+        max_srq_sge: crate::qp::MAX_SGE,
         atomics: true,
     }
 }

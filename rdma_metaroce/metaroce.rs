@@ -21,6 +21,7 @@ mod ids;
 pub mod proto;
 mod proto_tests;
 mod qp;
+mod srq;
 
 module! {
     type: MetaRoce,

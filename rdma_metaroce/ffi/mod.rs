@@ -34,6 +34,12 @@ pub(crate) use ibdev::{
 };
 pub(crate) use link::LinkOps;
 
+/// `EOPNOTSUPP` ("operation not supported"), the errno rdma-core expects for verbs a
+/// device does not offer; the kernel crate names only `ENOTSUPP`.
+pub(crate) fn eopnotsupp() -> Error {
+    Error::from_errno(-(raw::EOPNOTSUPP as i32))
+}
+
 /// Types whose all-zero bit pattern is a valid value, so they can be allocated
 /// zero-filled on the heap without ever being built on the (small) kernel stack.
 ///

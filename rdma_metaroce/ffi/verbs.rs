@@ -7,6 +7,7 @@
 use super::raw;
 use crate::cq::{Arm, Cq, WcOpcode, WcStatus};
 use crate::qp::{Qp, QpCaps, QpState, QpType, QpUpdate};
+use crate::srq::{Srq, SrqAttrs};
 use super::IbDev;
 use core::ffi::c_int;
 use kernel::prelude::*;
@@ -40,6 +41,15 @@ struct AhAlloc {
 }
 
 const _: () = assert!(core::mem::offset_of!(AhAlloc, ib) == 0);
+
+/// A shared receive queue allocation: `struct ib_srq` first, then the driver's [`Srq`].
+#[repr(C)]
+struct SrqAlloc {
+    ib: raw::ib_srq,
+    srq: Srq,
+}
+
+const _: () = assert!(core::mem::offset_of!(SrqAlloc, ib) == 0);
 
 /// A memory region: the driver allocates it (ib_core has no size for MRs) and hands
 /// ib_core the embedded `struct ib_mr`.
@@ -75,6 +85,11 @@ pub(super) const fn install(mut ops: raw::ib_device_ops) -> raw::ib_device_ops {
     ops.modify_qp = Some(modify_qp_cb);
     ops.query_qp = Some(query_qp_cb);
     ops.destroy_qp = Some(destroy_qp_cb);
+    ops.size_ib_srq = core::mem::size_of::<SrqAlloc>();
+    ops.create_srq = Some(create_srq_cb);
+    ops.modify_srq = Some(modify_srq_cb);
+    ops.query_srq = Some(query_srq_cb);
+    ops.destroy_srq = Some(destroy_srq_cb);
     ops.size_ib_ah = core::mem::size_of::<AhAlloc>();
     ops.create_ah = Some(create_ah_cb);
     ops.create_user_ah = Some(create_ah_cb);
@@ -84,6 +99,76 @@ pub(super) const fn install(mut ops: raw::ib_device_ops) -> raw::ib_device_ops {
     ops.get_dma_mr = Some(get_dma_mr_cb);
     ops.dereg_mr = Some(dereg_mr_cb);
     ops
+}
+
+/// The driver's SRQ inside an ib_core SRQ.
+///
+/// # Safety
+///
+/// `ib` must be an SRQ of this driver between a successful create and its destroy.
+unsafe fn srq<'a>(ib: *mut raw::ib_srq) -> &'a Srq {
+    // SAFETY: Per the contract `ib` heads a live `SrqAlloc` with an initialised `srq`.
+    unsafe { &(*ib.cast::<SrqAlloc>()).srq }
+}
+
+unsafe extern "C" fn create_srq_cb(
+    ib: *mut raw::ib_srq,
+    init: *mut raw::ib_srq_init_attr,
+    _udata: *mut raw::ib_udata,
+) -> c_int {
+    // SAFETY: ib_core passes a valid init struct for the call.
+    let init = unsafe { &mut *init };
+    if init.srq_type != raw::ib_srq_type_IB_SRQT_BASIC {
+        return NEG_EOPNOTSUPP;
+    }
+    let a = SrqAttrs {
+        max_wr: init.attr.max_wr,
+        max_sge: init.attr.max_sge,
+        limit: init.attr.srq_limit,
+    };
+    let pi = match Srq::new(a) {
+        Ok(pi) => pi,
+        Err(e) => return e.to_errno(),
+    };
+    // SAFETY: `ib` heads a zeroed allocation of size_of::<SrqAlloc>() bytes owned by
+    // this call; the slot is initialised once and dropped in `destroy_srq`.
+    let Ok(()) = unsafe { pi.__pinned_init(&raw mut (*ib.cast::<SrqAlloc>()).srq) };
+    0
+}
+
+unsafe extern "C" fn modify_srq_cb(
+    ib: *mut raw::ib_srq,
+    attr: *mut raw::ib_srq_attr,
+    mask: raw::ib_srq_attr_mask,
+    udata: *mut raw::ib_udata,
+) -> c_int {
+    // SAFETY: ib_core passes NULL or a valid udata for the call.
+    if unsafe { super::ibdev::has_driver_data(udata) } {
+        return EINVAL.to_errno();
+    }
+    // SAFETY: Valid attribute struct and a live SRQ of this driver.
+    let (a, s) = unsafe { (&*attr, srq(ib)) };
+    let resize = (mask & raw::ib_srq_attr_mask_IB_SRQ_MAX_WR != 0).then_some(a.max_wr);
+    let limit = (mask & raw::ib_srq_attr_mask_IB_SRQ_LIMIT != 0).then_some(a.srq_limit);
+    match s.modify(resize, limit) {
+        Ok(()) => 0,
+        Err(e) => e.to_errno(),
+    }
+}
+
+unsafe extern "C" fn query_srq_cb(ib: *mut raw::ib_srq, attr: *mut raw::ib_srq_attr) -> c_int {
+    // SAFETY: A live SRQ of this driver and a caller-owned output struct.
+    let (s, out) = unsafe { (srq(ib).attrs(), &mut *attr) };
+    out.max_wr = s.max_wr;
+    out.max_sge = s.max_sge;
+    out.srq_limit = s.limit;
+    0
+}
+
+unsafe extern "C" fn destroy_srq_cb(ib: *mut raw::ib_srq, _udata: *mut raw::ib_udata) -> c_int {
+    // SAFETY: ib_core destroys once, after a successful create, with no op running.
+    unsafe { core::ptr::drop_in_place(&raw mut (*ib.cast::<SrqAlloc>()).srq) };
+    0
 }
 
 unsafe extern "C" fn create_ah_cb(
@@ -228,6 +313,7 @@ unsafe fn qp_dev<'a>(ib: *mut raw::ib_qp) -> &'a IbDev {
 }
 
 const NEG_EOPNOTSUPP: c_int = -(raw::EOPNOTSUPP as c_int);
+
 
 unsafe extern "C" fn create_qp_cb(
     ib: *mut raw::ib_qp,

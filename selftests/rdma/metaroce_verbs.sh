@@ -197,5 +197,33 @@ except PyverbsRDMAError as x:
 else:
     raise SystemExit("AH without GRH accepted")
 PY
+check "pyverbs: SRQ create/query/modify limit; oversize EINVAL, resize EOPNOTSUPP; an RC QP attaches to it" py <<'PY'
+import errno
+import pyverbs.device as d
+from pyverbs_compat import e
+from pyverbs.pd import PD
+from pyverbs.cq import CQ
+from pyverbs.srq import SRQ, SrqInitAttr, SrqAttr
+from pyverbs.qp import QP, QPInitAttr, QPCap
+from pyverbs.pyverbs_error import PyverbsRDMAError
+ctx = d.Context(name='mrc0'); pd = PD(ctx); cq = CQ(ctx, 16)
+srq = SRQ(pd, SrqInitAttr(SrqAttr(max_wr=64, max_sge=2)))
+a = srq.query()
+assert (a.max_wr, a.max_sge) == (64, 2), (a.max_wr, a.max_sge)
+srq.modify(SrqAttr(srq_limit=16), e.IBV_SRQ_LIMIT)
+assert srq.query().srq_limit == 16
+def expect(code, f):
+    try:
+        f()
+    except PyverbsRDMAError as x:
+        assert x.error_code == code, x
+    else:
+        raise SystemExit("accepted")
+expect(errno.EINVAL, lambda: srq.modify(SrqAttr(srq_limit=65), e.IBV_SRQ_LIMIT))
+expect(errno.EOPNOTSUPP, lambda: srq.modify(SrqAttr(max_wr=128), e.IBV_SRQ_MAX_WR))
+expect(errno.EINVAL, lambda: SRQ(pd, SrqInitAttr(SrqAttr(max_wr=1 << 20, max_sge=1))))
+qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, srq=srq, cap=QPCap(max_send_wr=4, max_recv_wr=4)))
+qp.close(); srq.close()
+PY
 check "rmmod with links, after all user contexts closed" rmmod rdma_metaroce
 ktap_finish
