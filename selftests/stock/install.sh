@@ -18,6 +18,8 @@ KVER=$(uname -r)
 MODS=/lib/modules/$KVER
 SYS=/sys/class/infiniband
 LOG=$METAROCE_OUT/stock-install.log
+# Verbs programs here use the installed provider package, not a build directory.
+unset RDMAV_DRIVERS
 : > "$LOG"
 
 cleanup() {
@@ -142,11 +144,12 @@ check "rdma link add rxe0/rxe1 (stock rdma_rxe) in hostA/hostB" \
     bash -c "ip netns exec hostA rdma link add rxe0 type rxe netdev veth2 && ip netns exec hostB rdma link add rxe1 type rxe netdev veth3"
 check "ibv_devices lists rxe0 (rdma-core on the stock kernel)" bash -c "A ibv_devices | grep -qw rxe0"
 check "ibv_rc_pingpong over stock rxe between the namespaces" pingpong rxe0 rxe1 c612:0101 c612:0102 198.18.1.2
-check "the verbs probe (PD, MR, CQ, RC QP) passes on stock rxe0" A python3 "$HERE/verbs_probe.py" rxe0
+check "the verbs probe (PD, MR, CQ, RC QP, INIT, post_recv) passes on stock rxe0" A python3 "$HERE/verbs_probe.py" rxe0
 
 # --- verbs over MetaRoCE -------------------------------------------------------------------------------
 # Runs by itself once the verbs path exists: the provider lists mrc0 and the kernel
-# creates what ibv_rc_pingpong needs (PD, MR, CQ, RC QP; verbs_probe.py). Until then the
+# does what ibv_rc_pingpong needs before it talks to its peer (PD, MR, CQ, RC QP to
+# INIT, post_recv; verbs_probe.py, itself checked on rxe0). Until then the
 # step is skipped with the reason.
 if ! A ibv_devices 2>/dev/null | grep -qw mrc0; then
     ktap_skip "ibv_rc_pingpong over MetaRoCE (ibv_devices does not list mrc0: no verbs provider)"
