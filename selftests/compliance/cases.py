@@ -2076,3 +2076,26 @@ def t_ack_rcv_zero(T):
         srtt = [p["srtt_ns"] for p in T.dut.paths(L.dqpn)]
         check(all(s == 20_000_000 for s in srtt), "RTT sampled from an ACK reporting no new "
               "packets: srtt %s (initial 20 ms)", srtt)
+
+
+@case("MR-5.3.3 MR-5.5.1",
+      "RACK timing: a packet with one later PSN acked is declared lost at sent + 5/4 srtt, "
+      "not before")
+def t_rack_timing(T):
+    srtt = 0.300          # established through the echoed timestamp of the first ACK
+    with link(T, paths=1, init_window=8 * 1024, min_path_rto_us=3000000, min_rto_us=4000000,
+              max_rto_us=8000000, initial_rtt_us=300000) as L:
+        post(T, L, 1, "write", len=3 * 1024, va=0, rkey=1)
+        rx = collect(L, 3, 1.0, first_tx)
+        check(len(rx) == 3, "got %d packets", len(rx))
+        rx.sort(key=lambda r: (r.p.tsn - L.dtsn0) & 0xFFFFFFFF)
+        t_sent = rx[0].t
+        # ACK only the middle packet; its echo makes the RTT sample ~300 ms.
+        ts = (rx[1].p.ts - int(srtt * 1e9)) & 0xFFFFFFFF
+        L.ack(L.dtsn0, [rx[1].p.tsn], path=0, echo_psn=rx[1].p.psn, echo_ts=ts, rcv=1)
+        r = L.recv(1.5, lambda r: data_pred(r) and r.p.tsn == rx[0].p.tsn)
+        check(r is not None, "first packet never retransmitted")
+        dt = r.t - t_sent
+        check(dt >= 1.25 * srtt * 0.8, "retransmitted %.0f ms after sending: earlier than "
+              "5/4 srtt (%.0f ms); only one later PSN was acknowledged", dt * 1e3, 1.25 * srtt * 1e3)
+        check(dt <= 1.25 * srtt + 0.4, "retransmitted only after %.0f ms", dt * 1e3)
