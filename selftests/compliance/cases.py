@@ -2099,3 +2099,22 @@ def t_rack_timing(T):
         check(dt >= 1.25 * srtt * 0.8, "retransmitted %.0f ms after sending: earlier than "
               "5/4 srtt (%.0f ms); only one later PSN was acknowledged", dt * 1e3, 1.25 * srtt * 1e3)
         check(dt <= 1.25 * srtt + 0.4, "retransmitted only after %.0f ms", dt * 1e3)
+
+
+@case("MR-8.2.1 MR-8.6.1", "path windows never exceed the configured max_window")
+def t_cc_max_window(T):
+    with link(T, max_window=8192, **CC_CONF, **NO_DELAY) as L:
+        post(T, L, 1, "write", len=400 * 1024, va=0, rkey=1)
+        R = Receiver(L)
+        rx, per = burst(L)
+        for k in range(3):
+            for r in rx:
+                R.take(r)
+            for p in (0, 1):
+                R.ack_path(p, msn=0)
+            rx, per = burst(L)
+            check(all(v <= 8 for v in per.values()), "round %d: %s packets per path with an "
+                  "8 KiB max_window", k + 1, per)
+        w = cwnds(T, L)
+        if w is not None:
+            check(all(x <= 8192 for x in w), "windows %s above max_window 8192", w)
