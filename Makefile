@@ -7,6 +7,8 @@
 #   make demo                 boot the test kernel and show two hosts with MetaRoCE links
 #   make check                every test: host (cargo) tests, then the VM tiers
 #   make vm-shell             boot the test kernel with an interactive shell
+#   make deb                  Debian packages (DKMS source, rdma-core provider)
+#   make FLAVOUR=stock        build against Debian's stock kernel (tools/stock-kernel)
 #   make clean
 #
 # `make` outside the toolchain root re-enters itself inside it (tools/inroot), so the
@@ -21,18 +23,25 @@ IN_ROOT := $(shell test -e /usr/src/linux-source-7.2.tar.xz && echo 1)
 FLAVOUR ?= plain
 
 ifeq ($(IN_ROOT),1)
+ifeq ($(FLAVOUR),stock)
+KDIR ?= $(shell $(REPO)/tools/stock-kernel)
+else
 KDIR ?= $(shell $(REPO)/tools/mkkernel $(FLAVOUR))
+endif
 else
 KDIR ?=
 endif
+# A prepared tree records the compiler it was configured with (Debian's stock kernel
+# is gcc-built); our test kernels are clang-built (Rust + KASAN need LLVM=1).
+KBUILD_ARGS ?= $(if $(wildcard $(KDIR)/kbuild-args),$(shell cat $(KDIR)/kbuild-args),LLVM=1)
 
 BINDINGS := $(REPO)/rdma_metaroce/ffi/bindings_generated.rs
 
-.PHONY: all modules bindings clean demo check test vm-shell bench host-test
+.PHONY: all modules bindings clean demo check test vm-shell deb
 
 ifeq ($(IN_ROOT),1)
 all modules: bindings
-	$(MAKE) -C $(KDIR) M=$(REPO) LLVM=1 modules
+	$(MAKE) -C $(KDIR) M=$(REPO) $(KBUILD_ARGS) modules
 
 # The bindings depend on the exact kernel configuration: regenerate them whenever
 # KDIR's bindgen command line changes (a different tree or config).
@@ -45,7 +54,7 @@ bindings:
 	fi
 
 clean:
-	-$(MAKE) -C $(KDIR) M=$(REPO) LLVM=1 clean
+	-$(MAKE) -C $(KDIR) M=$(REPO) $(KBUILD_ARGS) clean
 	rm -f $(BINDINGS)
 else
 all modules bindings clean:
@@ -60,5 +69,10 @@ check test:
 
 vm-shell:
 	$(REPO)/tools/vm --flavour $(FLAVOUR) --shell
+
+# Debian packages: metaroce-dkms (module source, built by DKMS on the host) and
+# metaroce-ibverbs-provider; see packaging/README.md.
+deb:
+	$(REPO)/packaging/build-debs
 
 endif

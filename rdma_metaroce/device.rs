@@ -32,6 +32,8 @@ pub(crate) struct DeviceData {
     pub(crate) qpns: Pin<KBox<IdTable>>,
     /// Memory keys (lkey/rkey) of this device.
     pub(crate) mr_keys: Pin<KBox<IdTable>>,
+    /// Packet counters (`rdma statistic`).
+    pub(crate) counters: crate::net::Counters,
 }
 
 /// EUI-64 from a MAC address (RFC 4291 appendix A: flip the U/L bit, insert FF:FE).
@@ -78,8 +80,10 @@ pub(crate) fn newlink(name: &CStr, ndev: &NetDev) -> Result {
         netdev_name,
         qpns,
         mr_keys,
+        counters: crate::net::Counters::new(),
     };
-    match IbDev::create(name, ndev, data, guid) {
+    let port = *crate::module_parameters::udp_port.value();
+    match IbDev::create(name, ndev, data, guid, port) {
         Ok(()) => {
             pr_info!("added {:?} on {:?}\n", name, ndev.name());
             Ok(())

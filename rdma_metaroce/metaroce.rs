@@ -17,6 +17,7 @@ mod cq;
 mod device;
 mod ffi;
 mod ids;
+mod net;
 #[path = "../proto/src/lib.rs"]
 pub mod proto;
 mod proto_tests;

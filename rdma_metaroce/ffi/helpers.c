@@ -4,6 +4,11 @@
  */
 #include <linux/module.h>
 #include <linux/platform_device.h>
+#include <linux/udp.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <net/inet_ecn.h>
+#include <net/udp_tunnel.h>
 #include "helpers.h"
 
 struct ib_device *mrc_ib_alloc_device(size_t size, struct net_device *ndev)
@@ -114,4 +119,63 @@ struct ib_umem *mrc_umem_get(struct ib_device *ib, u64 addr, size_t len, int acc
 int mrc_check_mr_access(struct ib_device *ib, unsigned int flags)
 {
 	return ib_check_mr_access(ib, flags);
+}
+
+struct socket *mrc_udp_open(struct net_device *ndev, u16 port, void *user,
+			    int (*rcv)(struct sock *sk, struct sk_buff *skb), int *err)
+{
+	struct udp_port_cfg cfg = {};
+	struct udp_tunnel_sock_cfg tnl = {};
+	struct socket *sock;
+
+	cfg.family = AF_INET;
+	cfg.local_ip.s_addr = htonl(INADDR_ANY);
+	cfg.local_udp_port = htons(port);
+	cfg.bind_ifindex = ndev->ifindex;
+	*err = udp_sock_create4(dev_net(ndev), &cfg, &sock);
+	if (*err)
+		return NULL;
+	tnl.sk_user_data = user;
+	tnl.encap_type = 1;
+	tnl.encap_rcv = rcv;
+	setup_udp_tunnel_sock(dev_net(ndev), sock->sk, &tnl);
+	return sock;
+}
+
+void mrc_udp_close(struct socket *sock)
+{
+	udp_tunnel_sock_release(sock->sk);
+	/* Receive callbacks run under RCU in softirq: let them finish. */
+	synchronize_net();
+}
+
+void *mrc_sk_user_data(struct sock *sk)
+{
+	return rcu_dereference_sk_user_data(sk);
+}
+
+const u8 *mrc_skb_udp_payload(struct sk_buff *skb, unsigned int *len, u16 *sport,
+			      bool *ce)
+{
+	struct udphdr *uh;
+	unsigned int ulen;
+
+	if (skb_linearize(skb))
+		return NULL;
+	uh = udp_hdr(skb);
+	ulen = ntohs(uh->len);
+	if (ulen < sizeof(*uh) || (u8 *)uh + ulen > skb_tail_pointer(skb))
+		return NULL;
+	*len = ulen - sizeof(*uh);
+	*sport = ntohs(uh->source);
+	if (skb->protocol == htons(ETH_P_IP))
+		*ce = INET_ECN_is_ce(ip_hdr(skb)->tos);
+	else
+		*ce = INET_ECN_is_ce(ipv6_get_dsfield(ipv6_hdr(skb)));
+	return (const u8 *)(uh + 1);
+}
+
+void mrc_kfree_skb(struct sk_buff *skb)
+{
+	kfree_skb(skb);
 }

@@ -51,4 +51,24 @@ struct ib_umem *mrc_umem_get(struct ib_device *ib, u64 addr, size_t len, int acc
 /* ib_check_mr_access(): 0 or a negative errno. */
 int mrc_check_mr_access(struct ib_device *ib, unsigned int flags);
 
+struct socket;
+struct sock;
+struct sk_buff;
+/* A kernel UDP socket on `port` (network byte order is handled here) in the
+ * namespace of `ndev`, bound to that device, whose datagrams go to `rcv` with
+ * `user` as the socket's user data (udp_tunnel encapsulation). NULL and *err on
+ * failure. */
+struct socket *mrc_udp_open(struct net_device *ndev, u16 port, void *user,
+			    int (*rcv)(struct sock *sk, struct sk_buff *skb), int *err);
+/* Releases the socket and waits until no receive callback can still run. */
+void mrc_udp_close(struct socket *sock);
+/* rcu_dereference_sk_user_data() */
+void *mrc_sk_user_data(struct sock *sk);
+/* The UDP payload of a received datagram (after skb_linearize()), its UDP source
+ * port and whether the IP header's ECN field is CE. NULL if it cannot be read. */
+const u8 *mrc_skb_udp_payload(struct sk_buff *skb, unsigned int *len, u16 *sport,
+			      bool *ce);
+/* kfree_skb() */
+void mrc_kfree_skb(struct sk_buff *skb);
+
 #endif

@@ -76,6 +76,9 @@ pub(crate) struct DeviceCaps {
 struct DevAlloc {
     ib: raw::ib_device,
     data: DeviceData,
+    /// The device's UDP socket on the MetaRoCE port (NULL until opened); closed in
+    /// `dealloc_driver` before `data` is dropped.
+    sock: *mut raw::socket,
 }
 
 /// A `struct ib_device` of this driver, borrowed.
@@ -143,7 +146,7 @@ impl IbDev {
     /// Creates, registers and publishes a new device named `name` on `ndev`.
     ///
     /// Fails with `EEXIST` if `ndev` already carries a device of this driver.
-    pub(crate) fn create(name: &CStr, ndev: &NetDev, data: DeviceData, node_guid_be: u64) -> Result {
+    pub(crate) fn create(name: &CStr, ndev: &NetDev, data: DeviceData, node_guid_be: u64, udp_port: u16) -> Result {
         // SAFETY: `ndev` is alive (borrowed); the helper returns a zeroed allocation of
         // the requested size headed by an initialised `ib_device`, or NULL.
         let ib = unsafe { raw::mrc_ib_alloc_device(core::mem::size_of::<DevAlloc>(), ndev.as_ptr()) };
@@ -194,6 +197,18 @@ impl IbDev {
             unsafe { raw::mrc_ib_set_parent(ib.as_ptr(), parent) };
         }
         registry_insert(ib, ndev.id()).map_err(undo)?;
+        let mut err: c_int = 0;
+        // SAFETY: `ndev` is alive; the socket's user data is this device, which
+        // outlives the socket (closed, waiting for in-flight callbacks, in
+        // `dealloc_driver` before anything else is freed).
+        let sock = unsafe {
+            raw::mrc_udp_open(ndev.as_ptr(), udp_port, ib.as_ptr().cast(), Some(super::net::udp_rcv_cb), &mut err)
+        };
+        if sock.is_null() {
+            return Err(undo(Error::from_errno(err)));
+        }
+        // SAFETY: Exclusively ours until registered.
+        unsafe { (*alloc).sock = sock };
         // SAFETY: Both are alive; ib_core takes its own netdev reference.
         let ret = unsafe { raw::ib_device_set_netdev(ib.as_ptr(), ndev.as_ptr(), 1) };
         kernel::error::to_result(ret).map_err(undo)?;
@@ -351,6 +366,8 @@ static OPS: StaticOps = StaticOps({
     ops.get_link_layer = Some(get_link_layer_cb);
     ops.query_pkey = Some(query_pkey_cb);
     ops.dealloc_driver = Some(dealloc_driver_cb);
+    ops.alloc_hw_port_stats = Some(super::net::alloc_hw_port_stats_cb);
+    ops.get_hw_stats = Some(super::net::get_hw_stats_cb);
     super::verbs::install(ops)
 });
 
@@ -496,9 +513,19 @@ unsafe extern "C" fn dealloc_driver_cb(ib: *mut raw::ib_device) {
         crate::device::on_dealloc(dev);
     }
     registry_remove(ib);
+    let alloc = ib.cast::<DevAlloc>();
+    // SAFETY: Last callback for the device: nobody else uses `sock`. Closing waits
+    // until no receive callback (which reads `data`) can still run.
+    unsafe {
+        let sock = (*alloc).sock;
+        if !sock.is_null() {
+            (*alloc).sock = core::ptr::null_mut();
+            raw::mrc_udp_close(sock);
+        }
+    }
     // SAFETY: This is the last callback for the device; the data was initialised in
     // `create` and no reference to it remains (the borrow above ended).
-    unsafe { core::ptr::drop_in_place(&raw mut (*ib.cast::<DevAlloc>()).data) };
+    unsafe { core::ptr::drop_in_place(&raw mut (*alloc).data) };
 }
 
 

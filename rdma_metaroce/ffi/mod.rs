@@ -25,6 +25,7 @@ pub(crate) mod raw;
 
 mod ibdev;
 mod link;
+mod net;
 mod netdev;
 mod verbs;
 

@@ -49,3 +49,10 @@ ktap_finish() {
     echo "# totals: $((KTAP_N - KTAP_FAILED - KTAP_SKIPPED)) passed, $KTAP_FAILED failed, $KTAP_SKIPPED skipped"
     [ "$KTAP_FAILED" = 0 ]
 }
+
+# mrc_insmod [PARAMS...] : load rdma_metaroce.ko ($KO) the way modprobe would, i.e.
+# after the kernel modules it depends on (udp_tunnel is a module in most configs).
+mrc_insmod() {
+    modprobe -q udp_tunnel 2>/dev/null || true
+    insmod "$KO" "$@"
+}

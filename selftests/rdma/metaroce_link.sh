@@ -34,9 +34,9 @@ ktap_header
 check "modinfo lists the udp_port and num_paths parameters" \
     bash -c "modinfo -p '$KO' | grep -q '^udp_port:' && modinfo -p '$KO' | grep -q '^num_paths:'"
 check "modinfo carries the rdma-link-metaroce alias" bash -c "modinfo -F alias '$KO' | grep -qx rdma-link-metaroce"
-check_fails "loading with udp_port=4791 (RoCEv2's port) is refused" insmod "$KO" udp_port=4791
-check_fails "loading with num_paths=0 is refused" insmod "$KO" num_paths=0
-check "module loads with defaults" insmod "$KO"
+check_fails "loading with udp_port=4791 (RoCEv2's port) is refused" mrc_insmod udp_port=4791
+check_fails "loading with num_paths=0 is refused" mrc_insmod num_paths=0
+check "module loads with defaults" mrc_insmod
 
 # --- link add / del ---------------------------------------------------------------
 mk_hosts

@@ -14,7 +14,7 @@ trap cleanup EXIT
 cleanup
 
 ktap_header
-insmod "$KO"
+mrc_insmod
 mk_hosts
 A rdma link add mrc0 type metaroce netdev veth0
 B rdma link add fabric7 type metaroce netdev veth1

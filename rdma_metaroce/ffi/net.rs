@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Network I/O of a device: the UDP receive callback and the `rdma statistic`
+//! (hardware counter) ops.
+
+use super::{raw, IbDev};
+use crate::net::{Datagram, COUNTER_NAMES};
+use core::ffi::c_int;
+
+/// Receive callback of a device's UDP socket (udp_tunnel `encap_rcv`), in softirq.
+///
+/// # Safety
+///
+/// Called by the UDP stack with a socket set up by `mrc_udp_open` (user data: one of
+/// this driver's devices, alive while the socket is) and an skb we now own.
+pub(super) unsafe extern "C" fn udp_rcv_cb(sk: *mut raw::sock, skb: *mut raw::sk_buff) -> c_int {
+    // SAFETY: RCU-protected user data of our socket; NULL once closing has begun.
+    let ib = unsafe { raw::mrc_sk_user_data(sk) }.cast::<raw::ib_device>();
+    if !ib.is_null() {
+        // SAFETY: The device outlives its socket (see `IbDev::create`).
+        let dev = unsafe { IbDev::from_raw(ib) };
+        let (mut len, mut sport, mut ce) = (0u32, 0u16, false);
+        // SAFETY: `skb` is a received UDP datagram we own.
+        let p = unsafe { raw::mrc_skb_udp_payload(skb, &mut len, &mut sport, &mut ce) };
+        if p.is_null() {
+            crate::net::receive_unreadable(dev);
+        } else {
+            // SAFETY: The helper returned `len` readable bytes inside the linear skb,
+            // which lives until the `kfree_skb` below.
+            let payload = unsafe { core::slice::from_raw_parts(p, len as usize) };
+            crate::net::receive(dev, &Datagram { payload, src_port: sport, ecn_ce: ce });
+        }
+    }
+    // SAFETY: We own the skb; returning 0 tells UDP it was consumed.
+    unsafe { raw::mrc_kfree_skb(skb) };
+    0
+}
+
+/// `rdma_stat_desc` table in a static.
+struct Descs([raw::rdma_stat_desc; COUNTER_NAMES.len()]);
+
+// SAFETY: Immutable; the pointers are to static C strings.
+unsafe impl Sync for Descs {}
+
+static DESCS: Descs = Descs({
+    let mut d = [raw::rdma_stat_desc { name: core::ptr::null(), flags: 0, priv_: core::ptr::null() };
+        COUNTER_NAMES.len()];
+    let mut i = 0;
+    while i < COUNTER_NAMES.len() {
+        d[i].name = COUNTER_NAMES[i].as_ptr();
+        i += 1;
+    }
+    d
+});
+
+pub(super) unsafe extern "C" fn alloc_hw_port_stats_cb(
+    _ib: *mut raw::ib_device,
+    _port: u32,
+) -> *mut raw::rdma_hw_stats {
+    // SAFETY: `DESCS` is static and describes COUNTER_NAMES.len() counters.
+    unsafe {
+        raw::rdma_alloc_hw_stats_struct(
+            DESCS.0.as_ptr(),
+            COUNTER_NAMES.len() as c_int,
+            raw::RDMA_HW_STATS_DEFAULT_LIFESPAN.into(),
+        )
+    }
+}
+
+pub(super) unsafe extern "C" fn get_hw_stats_cb(
+    ib: *mut raw::ib_device,
+    stats: *mut raw::rdma_hw_stats,
+    _port: u32,
+    _index: c_int,
+) -> c_int {
+    // SAFETY: ib_core calls this on live devices of this driver with the stats
+    // struct `alloc_hw_port_stats` made, which has COUNTER_NAMES.len() values.
+    let (dev, values) = unsafe {
+        (IbDev::from_raw(ib), (*stats).value.as_mut_slice(COUNTER_NAMES.len()))
+    };
+    for (v, c) in values.iter_mut().zip(dev.data().counters.snapshot()) {
+        *v = c;
+    }
+    COUNTER_NAMES.len() as c_int
+}
