@@ -828,9 +828,12 @@ impl Endpoint {
                 break;
             }
             let now = self.now();
+            // Sleep until the core's next deadline (poll_timeout), a waiter's
+            // deadline or input; the 1 s cap only bounds an idle loop, so a
+            // deadline the core forgets to report shows up as a late timer.
             let wait_ns = match self.next_deadline() {
-                Some(t) => t.saturating_sub(now).min(50_000_000),
-                None => 50_000_000,
+                Some(t) => t.saturating_sub(now).min(1_000_000_000),
+                None => 1_000_000_000,
             };
             let mut fds = [
                 libc::pollfd { fd: sfd, events: libc::POLLIN, revents: 0 },

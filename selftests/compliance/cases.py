@@ -2118,3 +2118,20 @@ def t_cc_max_window(T):
         w = cwnds(T, L)
         if w is not None:
             check(all(x <= 8192 for x in w), "windows %s above max_window 8192", w)
+
+
+@case("MR-8.5.1 MR-8.2.1", "coupled increase: an ACK for b bytes grows each path by ai*b/total_cwnd")
+def t_cc_increase_exact(T):
+    need(T, "paths")
+    with link(T, **CC_CONF, **NO_DELAY) as L:
+        post(T, L, 1, "write", len=400 * 1024, va=0, rkey=1)
+        R = Receiver(L)
+        rx, per = burst(L)
+        check(per == {0: 8, 1: 8}, "initial burst %s", per)
+        for r in rx:
+            R.take(r)
+        R.ack_path(0, msn=0)      # acknowledges all 16 packets: 8 KiB on each path
+        w = cwnds(T, L)
+        exp = 8192 + 4096 * 8192 // 16384
+        check(w == [exp, exp], "windows %s after one clean ACK, expected %d each "
+              "(8192 + ai 4096 * 8192 / total 16384)", w, exp)
