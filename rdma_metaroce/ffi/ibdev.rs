@@ -322,13 +322,18 @@ pub(crate) fn unregister_on_netdev(ndev: &NetDev) -> usize {
     n
 }
 
-/// Unregisters every device of this driver and waits until each is freed. Called at
-/// module exit after the link type is unregistered, so no new device can appear.
+/// Unregisters every device of this driver and waits until each is freed, then frees
+/// the registry's own storage (a static is never dropped, so its vector would
+/// otherwise outlive the module). Called once, at module exit, after the link type is
+/// unregistered, so no new device can appear.
 pub(crate) fn unregister_all() {
     loop {
         let ib = {
-            let devices = DEVICES.lock();
-            let Some(e) = devices.first() else { return };
+            let mut devices = DEVICES.lock();
+            let Some(e) = devices.first() else {
+                *devices = KVec::new();
+                return;
+            };
             let ib = e.ib.as_ptr();
             // SAFETY: The device is alive while its entry is in the registry; pin its
             // memory before dropping the lock.
