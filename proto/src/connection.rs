@@ -665,34 +665,46 @@ fn seq_lt(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
 }
 
+/// Clamps out-of-range configuration values (shared by `new` and `reset`).
+fn normalise(mut cfg: Config) -> Config {
+    // Spec: MR-2.6.1 (MTU range), MR-6.1.3 (1..=8 paths).
+    cfg.mtu = cfg.mtu.clamp(256, 9000);
+    cfg.num_paths = cfg.num_paths.clamp(1, MAX_PATHS as u8);
+    if cfg.peer_num_paths == 0 {
+        cfg.peer_num_paths = cfg.num_paths;
+    }
+    cfg.peer_num_paths = cfg.peer_num_paths.clamp(1, MAX_PATHS as u8);
+    if cfg.recovery == Recovery::GoBackN {
+        cfg.num_paths = 1;
+        cfg.peer_num_paths = 1;
+    }
+    cfg.ack_every = cfg.ack_every.max(1);
+    cfg.max_rd_atomic = cfg.max_rd_atomic.clamp(1, MAX_RD_ATOMIC as u8);
+    cfg
+}
+
+/// Initial per-path state for a (normalised) configuration.
+fn init_paths(paths: &mut [Path; MAX_PATHS], cfg: &Config) {
+    let n = cfg.num_paths as u32;
+    // Spec: MR-8.2.2 — initial window split over the paths.
+    let cwnd = cfg.cc.init_window.checked_div(n).unwrap_or(0).max(cfg.mtu);
+    let rtt = cfg.initial_rtt.as_nanos().min(u32::MAX as u64) as u32;
+    paths.fill(Path::new(cwnd, rtt));
+    for (i, p) in paths.iter_mut().enumerate() {
+        // Spec: MR-9.1.1 — path PSNs start at unpredictable values.
+        p.psn_next = cfg.initial_tsn.rotate_left((i as u32).wrapping_mul(4))
+            ^ (i as u32).wrapping_mul(0x2545_F491);
+    }
+}
+
 impl Connection {
     /// Creates a connection in RTS (MR-7.1). Out-of-range configuration
     /// values are clamped (`mtu` to 256..=9000, `num_paths` to 1..=8;
     /// go-back-N forces one path).
-    pub fn new(mut cfg: Config) -> Connection {
-        // Spec: MR-2.6.1 (MTU range), MR-6.1.3 (1..=8 paths).
-        cfg.mtu = cfg.mtu.clamp(256, 9000);
-        cfg.num_paths = cfg.num_paths.clamp(1, MAX_PATHS as u8);
-        if cfg.peer_num_paths == 0 {
-            cfg.peer_num_paths = cfg.num_paths;
-        }
-        cfg.peer_num_paths = cfg.peer_num_paths.clamp(1, MAX_PATHS as u8);
-        if cfg.recovery == Recovery::GoBackN {
-            cfg.num_paths = 1;
-            cfg.peer_num_paths = 1;
-        }
-        cfg.ack_every = cfg.ack_every.max(1);
-        cfg.max_rd_atomic = cfg.max_rd_atomic.clamp(1, MAX_RD_ATOMIC as u8);
-        let n = cfg.num_paths as u32;
-        // Spec: MR-8.2.2 — initial window split over the paths.
-        let cwnd = cfg.cc.init_window.checked_div(n).unwrap_or(0).max(cfg.mtu);
-        let rtt = cfg.initial_rtt.as_nanos().min(u32::MAX as u64) as u32;
-        let mut paths = [Path::new(cwnd, rtt); MAX_PATHS];
-        for (i, p) in paths.iter_mut().enumerate() {
-            // Spec: MR-9.1.1 — path PSNs start at unpredictable values.
-            p.psn_next = cfg.initial_tsn.rotate_left((i as u32).wrapping_mul(4))
-                ^ (i as u32).wrapping_mul(0x2545_F491);
-        }
+    pub fn new(cfg: Config) -> Connection {
+        let cfg = normalise(cfg);
+        let mut paths = [Path::new(0, 0); MAX_PATHS];
+        init_paths(&mut paths, &cfg);
         Connection {
             cfg,
             state: QpState::Rts,
@@ -744,30 +756,9 @@ impl Connection {
     /// Re-initialises this connection in place, as `new(cfg)` would, without
     /// building a second `Connection` on the stack. Kernel drivers allocate
     /// the state once on the heap and call this (MR-10.2.2).
-    pub fn reset(&mut self, mut cfg: Config) {
-        // Spec: MR-2.6.1 (MTU range), MR-6.1.3 (1..=8 paths).
-        cfg.mtu = cfg.mtu.clamp(256, 9000);
-        cfg.num_paths = cfg.num_paths.clamp(1, MAX_PATHS as u8);
-        if cfg.peer_num_paths == 0 {
-            cfg.peer_num_paths = cfg.num_paths;
-        }
-        cfg.peer_num_paths = cfg.peer_num_paths.clamp(1, MAX_PATHS as u8);
-        if cfg.recovery == Recovery::GoBackN {
-            cfg.num_paths = 1;
-            cfg.peer_num_paths = 1;
-        }
-        cfg.ack_every = cfg.ack_every.max(1);
-        cfg.max_rd_atomic = cfg.max_rd_atomic.clamp(1, MAX_RD_ATOMIC as u8);
-        let n = cfg.num_paths as u32;
-        // Spec: MR-8.2.2 — initial window split over the paths.
-        let cwnd = cfg.cc.init_window.checked_div(n).unwrap_or(0).max(cfg.mtu);
-        let rtt = cfg.initial_rtt.as_nanos().min(u32::MAX as u64) as u32;
-        self.paths.fill(Path::new(cwnd, rtt));
-        for (i, p) in self.paths.iter_mut().enumerate() {
-            // Spec: MR-9.1.1 — path PSNs start at unpredictable values.
-            p.psn_next = cfg.initial_tsn.rotate_left((i as u32).wrapping_mul(4))
-                ^ (i as u32).wrapping_mul(0x2545_F491);
-        }
+    pub fn reset(&mut self, cfg: Config) {
+        let cfg = normalise(cfg);
+        init_paths(&mut self.paths, &cfg);
         self.cfg = cfg;
         self.state = QpState::Rts;
         self.stats = Stats::default();
