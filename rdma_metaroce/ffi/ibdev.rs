@@ -314,10 +314,17 @@ pub(crate) fn unregister_on_netdev(ndev: &NetDev) -> usize {
     let devices = DEVICES.lock();
     let mut n = 0;
     for e in devices.iter().filter(|e| e.registered && e.netdev == ndev.id()) {
-        // SAFETY: The entry is registered and still in the registry, so the device is
-        // alive (entries are removed under this lock before the device is freed).
-        unsafe { raw::ib_unregister_device_queued(e.ib.as_ptr()) };
-        n += 1;
+        // SAFETY: The entry is in the registry, so the device memory is alive (entries
+        // are removed under this lock before it is freed). Queue the unregistration only
+        // while the device still holds its registration reference: a device already
+        // being unregistered (rdma link del, rmmod) has refcount 0 and must be left alone.
+        unsafe {
+            if raw::mrc_ib_device_try_get(e.ib.as_ptr()) {
+                raw::ib_unregister_device_queued(e.ib.as_ptr());
+                raw::ib_device_put(e.ib.as_ptr());
+                n += 1;
+            }
+        }
     }
     n
 }
