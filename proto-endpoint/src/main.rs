@@ -438,6 +438,9 @@ impl Endpoint {
                 };
                 c.mtu = a.num_or("mtu", c.mtu as u64)? as u32;
                 c.num_paths = a.num_or("paths", c.num_paths as u64)? as u8;
+                // MR-7.1.4: the peer's advertised path count bounds the path
+                // ids we accept on data (0: same as ours).
+                c.peer_num_paths = a.num_or("peer_paths", c.peer_num_paths as u64)? as u8;
                 c.src_port_base = a.num_or("port_base", c.src_port_base as u64)? as u16;
                 c.retry_cnt = a.num_or("retry_cnt", c.retry_cnt as u64)? as u8;
                 c.rnr_retry = a.num_or("rnr_retry", c.rnr_retry as u64)? as u8;
@@ -504,12 +507,12 @@ impl Endpoint {
                 };
                 let (agreed_mtu, rd) = ConnParams::agree(&ours, &peer);
                 let mut line = format!(
-                    "create_qp qpn={qpn} peer_qpn={} tsn={tsn} peer_tsn={} peer_port={} paths={paths} mtu={agreed_mtu} max_rd_atomic={rd}",
-                    peer.qpn, peer.initial_tsn, peer.udp_port
+                    "create_qp qpn={qpn} peer_qpn={} tsn={tsn} peer_tsn={} peer_port={} paths={paths} peer_paths={} mtu={agreed_mtu} max_rd_atomic={rd}",
+                    peer.qpn, peer.initial_tsn, peer.udp_port, peer.paths
                 );
                 for w in &words[1..] {
                     if let Some((k, _)) = w.split_once('=') {
-                        if !matches!(k, "params" | "qpn" | "tsn" | "paths" | "mtu" | "peer_qpn" | "peer_tsn" | "peer_port" | "max_rd_atomic") {
+                        if !matches!(k, "params" | "qpn" | "tsn" | "paths" | "peer_paths" | "mtu" | "peer_qpn" | "peer_tsn" | "peer_port" | "max_rd_atomic") {
                             line.push(' ');
                             line.push_str(w);
                         }

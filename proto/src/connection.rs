@@ -982,12 +982,13 @@ impl Connection {
         };
         let p = pkt.base.path_id as usize;
         // Spec: MR-9.3.1 — QPN and path checks before any state change.
-        let limit = match pkt.body {
-            // An ACK names one of our own send paths.
-            Body::Ack(_) => self.cfg.num_paths,
-            _ => self.cfg.peer_num_paths,
+        let (limit, echo_ok) = match pkt.body {
+            // An ACK names one of our own send paths, and so does its echo
+            // path (MR-3.5.1): the echo fields describe one of our paths.
+            Body::Ack(a) => (self.cfg.num_paths, a.echo_path < self.cfg.num_paths),
+            _ => (self.cfg.peer_num_paths, true),
         };
-        if pkt.base.dest_qpn != self.cfg.local_qpn || p >= limit as usize {
+        if pkt.base.dest_qpn != self.cfg.local_qpn || p >= limit as usize || !echo_ok {
             self.stats.rx_invalid += 1;
             return;
         }
@@ -1427,7 +1428,13 @@ impl Connection {
         Verdict::Accept
     }
 
+    /// `p` is the path the ACK arrived on (its MRH path id); the echo
+    /// fields (RTT sample, echo PSN, ECN counts, probe answer) describe the
+    /// path named by `EchoPth` (MR-3.5.1, MR-8.2.1), which `handle_datagram`
+    /// has checked is one of our send paths.
     fn on_ack<M: Memory>(&mut self, now: u64, p: usize, a: &AckRepr, mem: &mut M) {
+        // Spec: MR-3.5.1 — ACK state is per path; the echo path names it.
+        let e = (a.echo_path as usize) % MAX_PATHS;
         self.last_ack = now;
         let syn = a.syndrome.unwrap_or(Syndrome::Ack);
         // RTT sample from the echoed timestamp (MR-5.5.1).
@@ -1445,7 +1452,7 @@ impl Connection {
             None
         };
         if let Some(r) = rtt {
-            let path = &mut self.paths[p];
+            let path = &mut self.paths[e];
             if !path.has_rtt {
                 path.has_rtt = true;
                 path.srtt = r;
@@ -1460,7 +1467,7 @@ impl Connection {
         }
         if fresh {
             // Spec: MR-6.3.3 — a path that delivers is healthy again.
-            let path = &mut self.paths[p];
+            let path = &mut self.paths[e];
             if path.status != PathStatus::Active {
                 path.status = PathStatus::Active;
                 path.probe_pending = false;
@@ -1524,7 +1531,7 @@ impl Connection {
         let min_cwnd = self.cfg.mtu;
         for q in 0..self.cfg.num_paths as usize {
             let path = &mut self.paths[q];
-            let is_echo = q == p;
+            let is_echo = q == e;
             if path.acked_bytes == 0 && !is_echo {
                 continue;
             }
@@ -1543,7 +1550,7 @@ impl Connection {
             path.acked_bytes = 0;
         }
         if rtt.is_some() && self.cfg.repath_congested && self.cfg.recovery == Recovery::Selective {
-            self.score_and_repath(now, p);
+            self.score_and_repath(now, e);
         }
         // Spec: MR-8.4.2 — the receiver's credit hint caps the connection window.
         self.peer_credit = if a.credit_hint == 0xFFFF {

@@ -629,3 +629,88 @@ fn nak_names_a_packet_of_the_failed_message() {
     assert_eq!(nak.1[24], 3, "NAK-ACCESS");
     assert_eq!(u32::from_be_bytes(nak.1[32..36].try_into().unwrap()), tsn);
 }
+
+#[test]
+fn data_path_ids_are_checked_against_the_peer_path_count() {
+    // Spec: MR-7.1.4, MR-9.3.1 — a receiver accepts path ids below the
+    // peer's advertised count (not its own), and only those.
+    for (ours, peer, path, ok) in [
+        (2u8, 8u8, 6u8, true),
+        (8, 3, 3, false),
+        (8, 3, 2, true),
+        (2, 0, 2, false),
+    ] {
+        let mut t = Pair::new(|_| {});
+        let mut ca = Config::test_pair(1, 2);
+        ca.num_paths = 8;
+        let mut cb = Config::test_pair(2, 1);
+        cb.num_paths = ours;
+        cb.peer_num_paths = peer;
+        t.a.reset(ca);
+        t.b.reset(cb);
+        t.ma.set_local(1, vec![5; 10]);
+        t.a.post_send(SendWr::write(1, 10, 0x1000, 0x77)).unwrap();
+        let mut p = t.out_a().into_iter().find(is_data).unwrap();
+        p.1[3] = (p.1[3] & 0xf0) | path;
+        t.deliver_b(&p);
+        let acks = t.out_b();
+        assert_eq!(
+            acks.len(),
+            usize::from(ok),
+            "ours {ours} peer {peer} path {path}"
+        );
+        assert_eq!(t.b.stats().rx_invalid, u64::from(!ok));
+        assert_eq!(t.mb.writes, u64::from(ok));
+    }
+}
+
+#[test]
+fn ack_with_an_echo_path_beyond_our_paths_is_discarded() {
+    // Spec: MR-3.5.1, MR-9.3.1 — EchoPth names one of our send paths.
+    let mut t = Pair::new(|c| c.num_paths = 2);
+    t.ma.set_local(1, vec![1; 10]);
+    t.a.post_send(SendWr::write(1, 10, 0x1000, 0x77)).unwrap();
+    let p = t.out_a().into_iter().find(is_data).unwrap();
+    t.deliver_b(&p);
+    let ack = t.out_b().pop().unwrap();
+    for bad in [2u8, 7, 15] {
+        let mut a = ack.clone();
+        a.1[20 + 6] = (a.1[20 + 6] & 0xf0) | bad;
+        t.deliver_a(&a);
+        assert!(t.comps_a().is_empty(), "echo path {bad} accepted");
+    }
+    assert_eq!(t.a.stats().rx_invalid, 3);
+    t.deliver_a(&ack);
+    assert_eq!(t.comps_a().len(), 1);
+}
+
+#[test]
+fn ack_echo_fields_update_the_echo_path_not_the_mrh_path() {
+    // Spec: MR-3.5.1 — an ACK for path 1 carried with MRH path id 0: the RTT
+    // sample belongs to path 1; path 0 keeps its initial estimate.
+    let mut t = Pair::new(|c| c.num_paths = 2);
+    let init0 = t.a.path_info(0).unwrap().srtt_ns;
+    let init1 = t.a.path_info(1).unwrap().srtt_ns;
+    t.ma.set_local(1, vec![1; 10]);
+    t.a.post_send(SendWr::write(1, 10, 0x1000, 0x77)).unwrap();
+    let p = t.out_a().into_iter().find(is_data).unwrap();
+    let q = (p.1[3] & 0x0f) as usize;
+    t.deliver_b(&p);
+    let mut ack = t.out_b().pop().unwrap();
+    assert_eq!(ack.1[20 + 6] & 0x0f, q as u8);
+    ack.1[3] = (ack.1[3] & 0xf0) | (1 - q) as u8; // travels on the other path
+    t.now += 500_000;
+    t.deliver_a(&ack);
+    assert_eq!(t.comps_a().len(), 1);
+    let s = [
+        t.a.path_info(0).unwrap().srtt_ns,
+        t.a.path_info(1).unwrap().srtt_ns,
+    ];
+    assert!(s[q] >= 490_000, "echo path {q} srtt {}", s[q]);
+    assert_eq!(
+        s[1 - q],
+        [init0, init1][1 - q],
+        "MRH path {} took the sample",
+        1 - q
+    );
+}

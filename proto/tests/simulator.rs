@@ -112,3 +112,42 @@ fn cross_path_reordering_causes_no_spurious_retransmission() {
     assert!(r.completed);
     assert_eq!(r.retx, 0, "{r:?}");
 }
+
+/// Spec: MR-3.5.1, MR-8.2.1 — ACK feedback belongs to the path named by
+/// `EchoPth`. Every ACK returns with MRH path id 0 over one link; the
+/// forward links differ in delay by several microseconds, so each path's
+/// smoothed RTT must follow its own forward link, and the CE marks of one
+/// forward link must shrink that path's window only.
+#[test]
+fn ack_feedback_follows_the_echo_path_not_the_return_path() {
+    let delay = [2_000u64, 6_000, 10_000, 14_000];
+    let r = echo_path_return(delay, None, 51);
+    println!("echo path, RTT only: {r:?}");
+    assert!(r.completed, "{r:?}");
+    assert_eq!(r.rx_invalid, 0);
+    for q in 1..4 {
+        // Each path's RTT exceeds path 0's by about its extra forward delay
+        // (queueing adds a little; a shared estimate would not separate them).
+        let extra = r.srtt_ns[q] as i64 - r.srtt_ns[0] as i64;
+        let want = (delay[q] - delay[0]) as i64;
+        assert!(
+            extra >= want * 3 / 4 && extra <= want * 2,
+            "path {q}: srtt {} vs path 0 {}, expected about +{want} ns: {r:?}",
+            r.srtt_ns[q],
+            r.srtt_ns[0]
+        );
+    }
+
+    let r = echo_path_return([2_000; 4], Some(2), 52);
+    println!("echo path, CE on link 2: {r:?}");
+    assert!(r.completed, "{r:?}");
+    assert_eq!(r.rx_invalid, 0);
+    for q in [0, 1, 3] {
+        assert!(
+            r.cwnd[2] * 4 <= r.cwnd[q],
+            "CE-marked path 2 window {} not far below path {q}'s {}: {r:?}",
+            r.cwnd[2],
+            r.cwnd[q]
+        );
+    }
+}

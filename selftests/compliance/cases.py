@@ -1183,6 +1183,24 @@ def t_ack_bad_syndrome(T):
         check(not c, "ACK with syndrome %d was processed: %s", syn, c)
 
 
+@case("MR-3.5.1 MR-9.3.1", "an ACK whose EchoPth names none of the DUT's send paths is discarded")
+def t_ack_bad_echo_path(T):
+    with link(T, paths=4) as L:
+        post(T, L, 1, "write", len=100, va=0, rkey=1)
+        rx = collect(L, 1, 1.0, first_tx)
+        check(rx, "no packet")
+        r = rx[0]
+        for ep in (4, 15):
+            a = M.ACKH(cum_tsn=(L.dtsn0 + 1) & 0xFFFFFFFF, echo_path=ep, msn=1, echo_psn=r.p.psn,
+                       echo_ts=r.p.ts, rcv_count=1, sack=bytes(32))
+            L.send_raw(bytes(L.mrh(ACK, path=r.p.path, psn=0, tsn=0) / a), r.p.path)
+        c = T.dut.wait_cq(L.dqpn, 1, 150)
+        check(not c, "ACK with echo path 4/15 of a 4-path sender was processed: %s", c)
+        ack_all(L, rx, 1)
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check(c and c[0]["status"] == WC_SUCCESS, "no completion after a proper ACK: %s", c)
+
+
 @case("MR-3.5.5 MR-3.5.2", "NAK-SEQUENCE: cumulative TSN processed, no go-back-N, QP stays usable")
 def t_nak_sequence_ignored(T):
     with link(T) as L:
@@ -1922,9 +1940,8 @@ def t_params(T):
         L.close()
 
 
-@case("MR-7.1.4 MR-6.1.2", "receiver accepts path ids below the peer's advertised path count",
-      todo="core bug 4: Connection validates received path ids against its own num_paths; "
-           "there is no peer path count (MR-7.1.4 asymmetric path counts)")
+@case("MR-7.1.4 MR-6.1.2 MR-9.3.1",
+      "receiver accepts path ids below the peer's advertised path count, and only those")
 def t_params_peer_paths(T):
     need(T, "connect")
     L, r = connect(T, dict(paths=2), dict(paths=8))
@@ -1933,6 +1950,22 @@ def t_params_peer_paths(T):
         L.req(WRITE, payload=b"p6", rkey=rkey, va=va, msn=0, path=6)
         a = L.recv_ack(0.5)
         check(a is not None, "packet on path id 6 of 8 advertised paths not accepted")
+    finally:
+        L.close()
+    # The DUT sprays over 8 paths itself, the tester advertises 3: path id 3
+    # is beyond the peer's count and must be discarded (no ACK, no write).
+    L, r = connect(T, dict(paths=8), dict(paths=3))
+    L.npaths = len(L.ports)     # 3 tester sockets; path ids map onto them
+    try:
+        rkey, va = mr(T, "w")
+        L.req(WRITE, payload=b"p3", rkey=rkey, va=va, msn=0, path=3)
+        a = L.recv_ack(0.3)
+        check(a is None, "packet on path id 3 accepted although the peer advertised 3 paths")
+        check(T.dut.mem_read(rkey, 0, 2) != b"p3", "path id 3 data was written")
+        L.tsn = (L.tsn - 1) & 0xFFFFFFFF    # the discarded packet's TSN is reused
+        L.req(WRITE, payload=b"p2", rkey=rkey, va=va, msn=0, path=2)
+        a = L.recv_ack(0.5)
+        check(a is not None, "packet on path id 2 of 3 advertised paths not accepted")
     finally:
         L.close()
 
@@ -1968,9 +2001,7 @@ def t_rnr_clamp(T):
         check(500 <= dt <= 900, "resent after %.0f ms; code 0xa0 means 524 ms (e clamped to 19)", dt)
 
 
-@case("MR-3.5.1", "ACK echo fields apply to the EchoPth path, not to the ACK's own MRH path id",
-      todo="core bug 5: on_ack attributes RTT, acknowledged PSN and ECN counts to the MRH path "
-           "id of the ACK and ignores the EchoPth field")
+@case("MR-3.5.1", "ACK echo fields apply to the EchoPth path, not to the ACK's own MRH path id")
 def t_echo_path_field(T):
     need(T, "paths")
     with link(T, ecn_g_shift=0, **CC_CONF, **NO_DELAY) as L:

@@ -16,7 +16,8 @@ Commands (numbers decimal or 0x-hex; data hex):
 
   hello
   create_qp qpn= peer_qpn= tsn= peer_tsn= peer=IP peer_port= paths= mtu=
-            [ack_delay_us= initial_rtt_us= min_path_rto_us= min_rto_us=
+            [peer_paths= (the peer's path count, MR-7.1.4; default: paths=)
+             ack_delay_us= initial_rtt_us= min_path_rto_us= min_rto_us=
              max_rto_us= retry_cnt= rnr_retry= rnr_timer= ack_every=
              init_window= max_window= target_qdelay_us= ai= beta_q16=
              max_mdf_q16= ecn_g_shift= credit= port_base=]

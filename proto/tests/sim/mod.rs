@@ -24,6 +24,8 @@ pub struct LinkCfg {
     pub reorder_ppm: u64,
     pub reorder_ns: u64,
     pub blackhole_from: Option<u64>,
+    /// Marks CE on this many ppm of the packets regardless of the queue.
+    pub ce_ppm: u64,
 }
 
 impl LinkCfg {
@@ -38,6 +40,7 @@ impl LinkCfg {
             reorder_ppm: 0,
             reorder_ns: 0,
             blackhole_from: None,
+            ce_ppm: 0,
         }
     }
 }
@@ -157,6 +160,10 @@ pub struct Net {
     qpn_map: HashMap<(usize, u32), usize>,
     buf: Vec<u8>,
     pub delivered_packets: u64,
+    /// When set, every ACK is sent with this MRH path id from this UDP
+    /// source port (so over one fabric link), whatever path it echoes:
+    /// ACKs returning over a different path than the data (MR-3.5.1).
+    pub ack_return: Option<(u8, u16)>,
 }
 
 impl Net {
@@ -200,6 +207,7 @@ impl Net {
             qpn_map: HashMap::new(),
             buf: vec![0; 9200],
             delivered_packets: 0,
+            ack_return: None,
         }
     }
 
@@ -257,7 +265,7 @@ impl Net {
         let li = pkt.route[pkt.hop];
         let now = self.now;
         let size = pkt.bytes.len();
-        let (loss, dup, reo, reo_ns, black) = {
+        let (loss, dup, reo, reo_ns, black, ce_ppm) = {
             let l = &self.links[li];
             (
                 l.cfg.loss_ppm,
@@ -265,8 +273,10 @@ impl Net {
                 l.cfg.reorder_ppm,
                 l.cfg.reorder_ns,
                 l.cfg.blackhole_from,
+                l.cfg.ce_ppm,
             )
         };
+        let force_ce = ce_ppm > 0 && self.rng.chance_ppm(ce_ppm);
         if black.map(|t| now >= t).unwrap_or(false) || (loss > 0 && self.rng.chance_ppm(loss)) {
             self.links[li].drops += 1;
             return;
@@ -285,7 +295,7 @@ impl Net {
             return;
         }
         l.max_queue = l.max_queue.max(occupancy + size as u64);
-        if occupancy > l.cfg.ecn_k_bytes {
+        if occupancy > l.cfg.ecn_k_bytes || force_ce {
             pkt.ce = true;
             l.marks += 1;
         }
@@ -318,13 +328,20 @@ impl Net {
                     break;
                 };
                 let (src, dst) = (ep.host, ep.peer_host);
+                let mut src_port = t.src_port;
+                if let Some((path, port)) = self.ack_return {
+                    if self.buf[1] == 0x20 {
+                        self.buf[3] = (self.buf[3] & 0xf0) | (path & 0x0f);
+                        src_port = port;
+                    }
+                }
                 let dir = usize::from(src > dst);
-                let fab = self.fabric[dir][t.src_port as usize % self.fabric[dir].len()];
+                let fab = self.fabric[dir][src_port as usize % self.fabric[dir].len()];
                 let pkt = Pkt {
                     route: [self.up[src], fab, self.down[dst]],
                     hop: 0,
                     dst_host: dst,
-                    src_port: t.src_port,
+                    src_port,
                     ce: false,
                     bytes: self.buf[..t.len].to_vec(),
                 };

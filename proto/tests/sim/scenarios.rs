@@ -783,3 +783,78 @@ pub fn asymmetric(seed: u64) -> BulkResult {
         detect_ns: None,
     }
 }
+
+#[derive(Debug, Clone, Default)]
+pub struct EchoPathResult {
+    pub completed: bool,
+    /// Per send path of the writer: smoothed RTT and window at the end.
+    pub srtt_ns: [u32; 4],
+    pub cwnd: [u32; 4],
+    pub rx_invalid: u64,
+    pub retx: u64,
+}
+
+/// Data from host 0 to host 1 over four paths whose forward fabric links
+/// have delays `fwd_delay`; fabric link `ce_link` (forward) marks every
+/// packet CE. Every ACK comes back with MRH path id 0 over fabric link 0
+/// (MR-3.5.1: the ACK names the path it describes in `EchoPth`, not by the
+/// path it travels on). Repathing is off so path `q` stays on link `q`.
+pub fn echo_path_return(fwd_delay: [u64; 4], ce_link: Option<usize>, seed: u64) -> EchoPathResult {
+    const MSG: u32 = 64 << 10;
+    let mut n = net(2, seed);
+    for (i, d) in fwd_delay.into_iter().enumerate() {
+        n.fabric_link(0, i).cfg.delay_ns = d;
+    }
+    if let Some(l) = ce_link {
+        n.fabric_link(0, l).cfg.ce_ppm = 1_000_000;
+    }
+    n.ack_return = Some((0, 0xC000));
+    let (a, b) = n.connect(0, 1, 0x81, 0x82, |c| {
+        c.repath_congested = false;
+        c.num_paths = 4;
+    });
+    for q in 0..4 {
+        assert_eq!(n.eps[a].conn.path_info(q).unwrap().src_port as usize % 4, q);
+    }
+    n.eps[b]
+        .mem
+        .m
+        .add_region(0x77, 0x10_0000, 16 * MSG as usize);
+    for w in 0..32 {
+        n.eps[a].mem.m.set_local(w, vec![w as u8; MSG as usize]);
+    }
+    let msgs = 128u64;
+    let (mut posted, mut done) = (0u64, 0u64);
+    while done < msgs && n.now < 100_000_000 {
+        while posted < msgs && posted - done < 16 {
+            let wr = SendWr::write(
+                posted % 32,
+                MSG,
+                0x10_0000 + (posted % 16) * MSG as u64,
+                0x77,
+            );
+            n.eps[a].conn.post_send(wr).unwrap();
+            posted += 1;
+        }
+        if !n.step(100_000_000) {
+            break;
+        }
+        for (_, c) in n.eps[a].completions.drain(..) {
+            assert_eq!(c.status, WcStatus::Success);
+            done += 1;
+        }
+    }
+    let conn = &n.eps[a].conn;
+    let mut r = EchoPathResult {
+        completed: done == msgs,
+        rx_invalid: conn.stats().rx_invalid,
+        retx: conn.stats().tx_retx,
+        ..Default::default()
+    };
+    for q in 0..4 {
+        let i = conn.path_info(q).unwrap();
+        r.srtt_ns[q] = i.srtt_ns;
+        r.cwnd[q] = i.cwnd;
+    }
+    r
+}
