@@ -9,7 +9,13 @@ archive HEAD``; the live tree is never touched), rebuilds
 ``--fail-fast``. Outcomes: caught (suite fails or times out), missed
 (suite passes), unviable (does not build).
 
-    selftests/compliance/mutants.py --file src/wire/base.rs --sample 40 -j1
+With ``--core-tests`` each mutant first runs the core's own tests
+(``cargo test`` of the snapshot: unit, property, connection and simulator
+tests); only a mutant they miss goes on to the suite, and the
+outcome records which of the two caught it (``core:`` or the suite's TAP
+line).
+
+    selftests/compliance/mutants.py --file src/wire/base.rs --sample 40
 
 Results: ``<out>/results.json`` and a per-file summary on stdout.
 """
@@ -44,6 +50,9 @@ def main():
     ap.add_argument("--port", type=int, default=14792)
     ap.add_argument("--budget", type=int, default=0, help="stop after this many seconds")
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--core-tests", action="store_true",
+                    help="run the core's cargo tests first; the suite only for mutants they miss")
+    ap.add_argument("--core-timeout", type=int, default=300)
     ap.add_argument("--retest", action="store_true",
                     help="re-run missed mutants of an earlier run with the current suite "
                          "and endpoint (after adding cases)")
@@ -59,14 +68,20 @@ def main():
             shutil.rmtree(os.path.join(work, "proto-endpoint"), ignore_errors=True)
             sh("git -C %s archive HEAD proto-endpoint | tar -x -C %s" % (ROOT, work), check=True)
             for k, r in list(results.items()):
-                if k != "baseline" and r.get("outcome") in ("missed", "flaky"):
+                if k not in ("baseline", "core_baseline") and \
+                        r.get("outcome") in ("missed", "flaky"):
                     r["before_retest"] = r["outcome"]
                     del results[k]
             results.pop("baseline", None)
+            results.pop("core_baseline", None)
+            shutil.rmtree(os.path.join(work, "proto", "tests"), ignore_errors=True)
+            sh("git -C %s archive HEAD proto/tests | tar -x -C %s" % (ROOT, work), check=True)
     else:
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
-        sh("git -C %s archive HEAD proto proto-endpoint | tar -x -C %s" % (ROOT, work), check=True)
+        # Documentation/metaroce: the core's spec_clauses test reads it.
+        sh("git -C %s archive HEAD proto proto-endpoint Documentation/metaroce | tar -x -C %s"
+           % (ROOT, work), check=True)
         # The snapshot's target dir is shared by every mutant build.
     target = os.path.join(work, "target")
     env = dict(os.environ, CARGO_TARGET_DIR=target)
@@ -105,6 +120,35 @@ def main():
         return sh(["timeout", str(args.build_timeout), "cargo", "build", "-q", "-j1",
                    "--manifest-path", ep_manifest], env=env, capture_output=True, text=True)
 
+    core_env = dict(os.environ, CARGO_TARGET_DIR=os.path.join(work, "target-core"))
+    # The test profile (opt-level 1, incremental) rebuilds a mutant in ~10 s;
+    # --release would take ~30 s per mutant on the 2-core machine.
+    core_cmd = ["cargo", "test", "-q", "--manifest-path",
+                os.path.join(proto, "Cargo.toml"), "--lib", "--tests"]
+
+    def core_tests():
+        """(outcome, first failing test) of the core's own tests."""
+        b = sh(["timeout", str(args.build_timeout)] + core_cmd + ["--no-run"], env=core_env,
+               capture_output=True, text=True)
+        if b.returncode != 0:
+            return "unviable", None
+        try:
+            r = sh(core_cmd + ["--no-fail-fast"], env=core_env, capture_output=True, text=True,
+                   timeout=args.core_timeout)
+        except subprocess.TimeoutExpired:
+            return "timeout", "core: timeout"
+        if r.returncode == 0:
+            return "missed", None
+        fails, in_list = [], False
+        for l in r.stdout.splitlines():     # -q: names under a "failures:" line
+            if l.strip() == "failures:":
+                in_list = True
+            elif in_list and l.startswith("    ") and "::" not in l and " " not in l.strip():
+                fails.append(l.strip())
+            elif in_list and not l.strip() and fails:
+                in_list = False
+        return "caught", "core: " + (",".join(fails[:3]) if fails else "rc %d" % r.returncode)
+
     def run_suite(extra=()):
         t0 = time.monotonic()
         try:
@@ -114,6 +158,12 @@ def main():
             return "timeout", (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else "", \
                 time.monotonic() - t0
 
+    if args.core_tests and "core_baseline" not in results:
+        o, why = core_tests()
+        print("# core tests baseline: %s %s" % (o, why or ""), flush=True)
+        if o != "missed":
+            return 2
+        results["core_baseline"] = dict(outcome="pass")
     if "baseline" not in results:
         b = build()
         if b.returncode != 0:
@@ -145,8 +195,13 @@ def main():
             results[key] = dict(name=name, file=m["file"], outcome="patch-failed")
             continue
         try:
-            b = build()
-            if b.returncode != 0:
+            t0 = time.monotonic()
+            core = core_tests() if args.core_tests else ("missed", None)
+            b = build() if core[0] == "missed" else None
+            if core[0] != "missed":
+                outcome, caught_by = core
+                dt = time.monotonic() - t0
+            elif b.returncode != 0:
                 outcome, caught_by, dt = "unviable", None, 0
             else:
                 rc, out, dt = run_suite(["--fail-fast"])
@@ -184,7 +239,7 @@ def main():
 
     summary = {}
     for k, r in results.items():
-        if k == "baseline":
+        if k in ("baseline", "core_baseline"):
             continue
         s_ = summary.setdefault(r["file"], {})
         o = "missed" if r["outcome"] == "flaky" else r["outcome"]

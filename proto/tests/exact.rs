@@ -1,0 +1,221 @@
+//! Exact-value tests of helpers and rarely taken branches, added where the
+//! mutation run (selftests/compliance/mutation.md) found behaviour no other
+//! test pinned down.
+
+mod common;
+use common::VecMemory;
+use metaroce_proto::cc::{AckSignal, PathCc};
+use metaroce_proto::sack::Bits256;
+use metaroce_proto::wire::*;
+use metaroce_proto::*;
+
+#[test]
+fn rnr_timer_code_is_the_smallest_code_not_below_the_delay() {
+    // Spec: MR-3.5.6 — 0x0c is 3 us, 0x28 is 32 us.
+    assert_eq!(rnr_timer_ns(0x0c), 3_000);
+    assert_eq!(rnr_timer_ns(0x28), 32_000);
+    assert_eq!(rnr_timer_code(0), 0);
+    assert_eq!(rnr_timer_code(1_000), 0);
+    assert_eq!(rnr_timer_code(1_001), 1);
+    assert_eq!(rnr_timer_code(3_000), 0x0c);
+    assert_eq!(rnr_timer_code(32_000), 0x28);
+    assert_eq!(rnr_timer_code(32_001), 0x29);
+    assert_eq!(rnr_timer_code(u64::MAX), 159);
+    for c in 0..160u8 {
+        assert_eq!(rnr_timer_code(rnr_timer_ns(c)), c, "code {c:#x}");
+    }
+}
+
+#[test]
+fn sack_bit_reads_every_word() {
+    // Spec: MR-3.5.4 — bit i is byte i/8, bit i%8, i.e. word i/64 LE.
+    for i in [0usize, 1, 63, 64, 65, 127, 128, 200, 255] {
+        let mut a = AckRepr {
+            cum_tsn: 0,
+            syndrome: Some(Syndrome::Ack),
+            rnr_timer: 0,
+            echo_path: 0,
+            flags: 0,
+            msn: 0,
+            nak_tsn: 0,
+            echo_psn: 0,
+            echo_ts: 0,
+            ack_delay: 0,
+            ce_count: 0,
+            rcv_count: 0,
+            credit_hint: 0,
+            sack: [0; 4],
+        };
+        a.sack[i / 64] = 1 << (i % 64);
+        for j in 0..260usize {
+            assert_eq!(a.sack_bit(j), j == i, "bit {j} with only {i} set");
+        }
+    }
+}
+
+#[test]
+fn bits256_truncate_keeps_exactly_the_low_bits() {
+    let all = Bits256([u64::MAX; 4]);
+    for n in 0..=260u32 {
+        let t = all.truncate(n);
+        let count: u32 = t.0.iter().map(|w| w.count_ones()).sum();
+        assert_eq!(count, n.min(256), "truncate({n})");
+        for i in 0..n.min(256) {
+            assert_eq!(
+                (t.0[(i / 64) as usize] >> (i % 64)) & 1,
+                1,
+                "bit {i} of truncate({n})"
+            );
+        }
+    }
+}
+
+#[test]
+fn rtt_equal_to_the_target_is_not_congestion() {
+    // Spec: MR-8.3.3 — decrease only when the RTT *exceeds* min_rtt + target.
+    let cfg = CcConfig::default();
+    let s = |rtt: u32| AckSignal {
+        acked_bytes: 4096,
+        rtt_ns: Some(rtt),
+        srtt_ns: 10_000,
+        min_rtt_ns: 10_000,
+        ce: 0,
+        rcvd: 1,
+        total_cwnd: 65_536,
+    };
+    let target = 10_000 + cfg.target_qdelay_ns;
+    let mut p = PathCc::new(65_536);
+    p.on_ack(&cfg, 1_000_000, &s(target), 4096);
+    assert_eq!(
+        p.cwnd,
+        65_536 + 4096 * 4096 / 65_536,
+        "increase at rtt == target"
+    );
+    assert_eq!(p.last_decrease, 0);
+    let mut p = PathCc::new(65_536);
+    p.on_ack(&cfg, 1_000_000, &s(target + 1), 4096);
+    assert!(p.cwnd < 65_536, "decrease above the target");
+    assert_eq!(p.last_decrease, 1_000_000);
+}
+
+fn out(c: &mut Connection, now: u64, m: &mut VecMemory) -> Vec<Vec<u8>> {
+    let mut buf = vec![0u8; 9200];
+    let mut v = vec![];
+    while let Some(t) = c.poll_transmit(Instant(now), &mut buf, m) {
+        v.push(buf[..t.len].to_vec());
+    }
+    v
+}
+
+fn is_data(p: &[u8]) -> bool {
+    p[1] != 0x20 && p[1] != 0x21
+}
+
+#[test]
+fn is_idle_follows_queued_work() {
+    let mut a = Connection::new(Config::test_pair(1, 2));
+    let mut b = Connection::new(Config::test_pair(2, 1));
+    let (mut ma, mut mb) = (VecMemory::new(), VecMemory::new());
+    mb.add_region(0x77, 0x1000, 4096);
+    assert!(a.is_idle());
+    ma.set_local(1, vec![1; 10]);
+    a.post_send(SendWr::write(1, 10, 0x1000, 0x77)).unwrap();
+    assert!(!a.is_idle(), "posted WR");
+    let pkts = out(&mut a, 1_000, &mut ma);
+    assert!(!a.is_idle(), "in flight");
+    for p in &pkts {
+        b.handle_datagram(Instant(2_000), 0xC000, false, p, &mut mb);
+    }
+    for p in out(&mut b, 2_000, &mut mb) {
+        a.handle_datagram(Instant(3_000), 0xC000, false, &p, &mut ma);
+    }
+    assert!(!a.is_idle(), "completion not polled yet");
+    assert!(a.poll_completion().is_some());
+    assert!(a.is_idle());
+}
+
+#[test]
+fn go_back_n_resends_from_the_hole_on_nak_sequence() {
+    // Comparison profile (MR-3.5.5, MR-11.1.3): a NAK-SEQUENCE makes the
+    // sender resend everything from the NAK'd TSN at once, without a timer.
+    let gbn = |c: &mut Config| {
+        c.recovery = Recovery::GoBackN;
+        c.mtu = 1024;
+    };
+    let mut ca = Config::test_pair(1, 2);
+    let mut cb = Config::test_pair(2, 1);
+    gbn(&mut ca);
+    gbn(&mut cb);
+    let mut a = Connection::new(ca);
+    let mut b = Connection::new(cb);
+    let (mut ma, mut mb) = (VecMemory::new(), VecMemory::new());
+    mb.add_region(0x77, 0x1000, 8192);
+    ma.set_local(1, vec![7; 4096]);
+    a.post_send(SendWr::write(1, 4096, 0x1000, 0x77)).unwrap();
+    let pkts: Vec<_> = out(&mut a, 1_000, &mut ma)
+        .into_iter()
+        .filter(|p| is_data(p))
+        .collect();
+    assert_eq!(pkts.len(), 4);
+    let tsn = |p: &[u8]| u32::from_be_bytes(p[12..16].try_into().unwrap());
+    for p in [&pkts[0], &pkts[2], &pkts[3]] {
+        b.handle_datagram(Instant(2_000), 0xC000, false, p, &mut mb);
+    }
+    let acks = out(&mut b, 2_000, &mut mb);
+    assert!(
+        acks.iter().any(|k| k[1] == 0x20 && k[20 + 4] == 1),
+        "no NAK-SEQUENCE"
+    );
+    for k in &acks {
+        a.handle_datagram(Instant(3_000), 0xC000, false, k, &mut ma);
+    }
+    let again: Vec<u32> = out(&mut a, 3_000, &mut ma)
+        .iter()
+        .filter(|p| is_data(p))
+        .map(|p| tsn(p))
+        .collect();
+    assert_eq!(again, vec![tsn(&pkts[1]), tsn(&pkts[2]), tsn(&pkts[3])]);
+    assert_eq!(a.stats().tx_retx, 3);
+}
+
+#[test]
+fn tail_loss_probe_moves_the_in_flight_bytes_of_its_path() {
+    // Spec: MR-5.3.4 — the TLP resends the newest packet on another path;
+    // its bytes leave the old path's in-flight count for the new one's.
+    let mut a = Connection::new(Config::test_pair(1, 2));
+    let mut ma = VecMemory::new();
+    for w in 0..2 {
+        ma.set_local(w, vec![1; 100]);
+        a.post_send(SendWr::write(w, 100, 0x1000, 0x77)).unwrap();
+    }
+    let pkts = out(&mut a, 1_000, &mut ma);
+    assert_eq!(pkts.len(), 2);
+    let paths: Vec<usize> = pkts.iter().map(|p| (p[3] & 0x0f) as usize).collect();
+    assert_ne!(
+        paths[1], 0,
+        "the newest packet must not be on path 0 for this test"
+    );
+    let infl =
+        |a: &Connection| -> Vec<u32> { (0..4).map(|q| a.path_info(q).unwrap().inflight).collect() };
+    let before = infl(&a);
+    let mut now = 1_000;
+    let probe = loop {
+        now = a.poll_timeout().expect("a timer").as_nanos().max(now + 1);
+        a.handle_timeout(Instant(now));
+        let o = out(&mut a, now, &mut ma);
+        if !o.is_empty() {
+            break o;
+        }
+    };
+    assert_eq!(a.stats().tlp, 1, "expected a tail loss probe first");
+    assert_eq!(probe.len(), 1);
+    let to = (probe[0][3] & 0x0f) as usize;
+    assert_ne!(to, paths[1]);
+    let after = infl(&a);
+    let len = before[paths[1]];
+    assert!(len > 0);
+    let mut want = before.clone();
+    want[paths[1]] -= len;
+    want[to] += len;
+    assert_eq!(after, want, "in flight per path before {before:?}");
+}
