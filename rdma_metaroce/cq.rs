@@ -11,37 +11,37 @@ use kernel::sync::SpinLock;
 /// Largest CQ a consumer may create (`max_cqe` in `query_device`).
 pub(crate) const MAX_CQE: u32 = (1 << 16) - 1;
 
-/// Completion status, mirroring `enum ib_wc_status` values that MetaRoCE produces.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-#[repr(u32)]
-pub(crate) enum WcStatus {
-    Success = 0,
-    LocalLengthError = 1,
-    LocalProtectionError = 4,
-    WrFlushError = 5,
-    RemoteInvalidRequest = 9,
-    RemoteAccessError = 10,
-    RemoteOperationError = 11,
-    RetryExceeded = 12,
-    RnrRetryExceeded = 13,
+pub(crate) use crate::proto::{WcOpcode, WcStatus};
+
+/// The `enum ib_wc_opcode` value of a completion opcode.
+pub(crate) const fn wc_opcode_raw(op: WcOpcode) -> u32 {
+    match op {
+        WcOpcode::Send => 0,
+        WcOpcode::RdmaWrite => 1,
+        WcOpcode::RdmaRead => 2,
+        WcOpcode::CompSwap => 3,
+        WcOpcode::FetchAdd => 4,
+        WcOpcode::Recv => 128,
+        WcOpcode::RecvRdmaWithImm => 129,
+    }
 }
 
-/// Completion opcode, mirroring `enum ib_wc_opcode`.
+/// How the receive side of a UD QP got its message: the 40 bytes in front of the
+/// payload hold a GRH (for IPv4, the IP header in its last 20 bytes).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-#[repr(u32)]
-pub(crate) enum WcOpcode {
-    Send = 0,
-    RdmaWrite = 1,
-    RdmaRead = 2,
-    CompSwap = 3,
-    FetchAdd = 4,
-    Recv = 128,
-    RecvRdmaWithImm = 129,
+pub(crate) enum Grh {
+    None,
+    Ipv4,
 }
 
 /// One work completion.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Wc {
+    /// The QP the work request was posted to (resolved to its `ib_qp` at poll time).
+    pub(crate) qpn: u32,
+    /// The QP's `struct ib_qp`, as an opaque handle the FFI layer reports back
+    /// (valid while a completion of the QP is queued: destroy purges them first).
+    pub(crate) qp_handle: usize,
     pub(crate) wr_id: u64,
     pub(crate) status: WcStatus,
     pub(crate) opcode: WcOpcode,
@@ -49,6 +49,7 @@ pub(crate) struct Wc {
     pub(crate) src_qp: u32,
     pub(crate) imm: Option<u32>,
     pub(crate) invalidated_rkey: Option<u32>,
+    pub(crate) grh: Grh,
 }
 
 /// What the consumer asked to be notified of (`ib_cq_notify_flags`).
@@ -155,6 +156,25 @@ impl Cq {
         n
     }
 
+    /// Drops every completion of QP `qpn` (the QP is being destroyed: nothing may
+    /// refer to it afterwards). Order of the others is kept.
+    pub(crate) fn purge_qp(&self, qpn: u32) {
+        let mut r = self.ring.lock();
+        let cap = r.slots.len();
+        let (head, len) = (r.head, r.len);
+        let mut kept = 0;
+        for i in 0..len {
+            let from = (head + i) % cap;
+            let wc = r.slots[from].take();
+            if let Some(wc) = wc.filter(|w| w.qpn != qpn) {
+                let to = (head + kept) % cap;
+                r.slots[to] = Some(wc);
+                kept += 1;
+            }
+        }
+        r.len = kept;
+    }
+
     /// Arms the CQ; returns whether completions are already waiting (for
     /// `IB_CQ_REPORT_MISSED_EVENTS`).
     pub(crate) fn arm(&self, arm: Arm) -> bool {
@@ -173,6 +193,8 @@ mod tests {
 
     fn wc(id: u64, status: WcStatus) -> Wc {
         Wc {
+            qpn: 1,
+            qp_handle: 0,
             wr_id: id,
             status,
             opcode: WcOpcode::Send,
@@ -180,6 +202,7 @@ mod tests {
             src_qp: 0,
             imm: None,
             invalidated_rkey: None,
+            grh: Grh::None,
         }
     }
 
@@ -204,7 +227,7 @@ mod tests {
         assert_eq!(cq.push(wc(2, WcStatus::Success), true), Pushed::Stored { notify: true });
         assert_eq!(cq.push(wc(3, WcStatus::Success), true), Pushed::Stored { notify: false });
         assert!(cq.arm(Arm::Next));
-        assert_eq!(cq.push(wc(4, WcStatus::RetryExceeded), false), Pushed::Stored { notify: true });
+        assert_eq!(cq.push(wc(4, WcStatus::RetryExcErr), false), Pushed::Stored { notify: true });
         assert!(Cq::new(0).is_err());
         assert!(Cq::new(MAX_CQE + 1).is_err());
         Ok(())

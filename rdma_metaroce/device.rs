@@ -32,6 +32,10 @@ pub(crate) struct DeviceData {
     pub(crate) qpns: Pin<KBox<IdTable>>,
     /// Memory keys (lkey/rkey) of this device.
     pub(crate) mr_keys: Pin<KBox<IdTable>>,
+    /// Registered memory regions by key (the data path's view of `mr_keys`).
+    pub(crate) mrs: Pin<KBox<crate::mr::MrTable>>,
+    /// Live QPs by number, for received datagrams.
+    pub(crate) qp_table: ffi::QpTable,
     /// Packet counters (`rdma statistic`).
     pub(crate) counters: crate::net::Counters,
 }
@@ -80,6 +84,8 @@ pub(crate) fn newlink(name: &CStr, ndev: &NetDev) -> Result {
         netdev_name,
         qpns,
         mr_keys,
+        mrs: KBox::pin_init(crate::mr::MrTable::new(MAX_MR as usize)?, GFP_KERNEL)?,
+        qp_table: ffi::QpTable::new(crate::qp::MAX_QP as usize)?,
         counters: crate::net::Counters::new(),
     };
     let port = *crate::module_parameters::udp_port.value();

@@ -15,8 +15,10 @@ use kernel::prelude::*;
 
 mod cq;
 mod device;
+mod engine;
 mod ffi;
 mod ids;
+mod mr;
 mod net;
 #[path = "../proto/src/lib.rs"]
 pub mod proto;
@@ -52,8 +54,10 @@ struct MetaRoce {
     /// `Some` until drop; dropped first so no new device can appear during teardown.
     link: Option<ffi::LinkOps>,
     _netdev_events: Pin<KBox<ffi::NetdevNotifier>>,
-    /// Dropped last: every device hangs under it.
+    /// Every device hangs under it.
     _parent: ffi::ParentDevice,
+    /// Dropped last: QP work runs on it until the last device is gone.
+    _wq: ffi::Workqueue,
 }
 
 impl kernel::Module for MetaRoce {
@@ -69,6 +73,7 @@ impl kernel::Module for MetaRoce {
             return Err(EINVAL);
         }
         ffi::registry_init();
+        let wq = ffi::Workqueue::new()?;
         let parent = ffi::ParentDevice::register()?;
         let notifier = KBox::pin_init(ffi::NetdevNotifier::register(), GFP_KERNEL)?;
         let link = ffi::LinkOps::register();
@@ -77,6 +82,7 @@ impl kernel::Module for MetaRoce {
             link: Some(link),
             _netdev_events: notifier,
             _parent: parent,
+            _wq: wq,
         })
     }
 }

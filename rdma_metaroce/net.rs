@@ -3,10 +3,12 @@
 //! The receive side of a MetaRoCE device and its counters: every datagram that
 //! reaches the device's UDP port is parsed by the protocol core; malformed ones are
 //! dropped and counted (spec: malformed input is dropped without a response), and
-//! well-formed ones are handed to the connection of their destination QP.
+//! well-formed ones are handed to the work of their destination QP. The data
+//! path's own counters (transmit, loss recovery, access errors) are added here too.
 //!
 //! Runs in softirq context: no sleeping, no allocation.
 
+use crate::engine::EngineCounters;
 use crate::ffi::IbDev;
 use crate::proto::wire::PacketRepr;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -25,11 +27,49 @@ pub(crate) enum Counter {
     RxNoConnection,
     /// Datagrams the network stack could not hand over (unreadable, bad UDP length).
     RxDropped,
+    /// Datagrams sent.
+    TxPackets,
+    /// Bytes of MetaRoCE payload sent (after the UDP header).
+    TxBytes,
+    /// Datagrams that could not be sent (no route, no memory): lost to the protocol.
+    TxFailed,
+    /// Data packets sent again.
+    Retransmits,
+    /// Per-path and connection retransmission timeouts.
+    Timeouts,
+    /// Losses detected from selective acknowledgements and repaired.
+    SackRecovered,
+    /// Receiver-not-ready NAKs sent.
+    RnrNaks,
+    /// Duplicate data packets received (their data was already placed).
+    RxDuplicates,
+    /// Packets a connection rejected after demultiplexing (wrong path, bad state).
+    RxInvalid,
+    /// Accesses refused by a memory key, protection domain, right or bounds check.
+    AccessErrors,
+    /// UD datagrams dropped (wrong Q_Key, no receive posted, too long).
+    UdDropped,
 }
 
 /// Counter names as shown by `rdma statistic show link DEV/1`.
-pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 5] =
-    [c"rx_packets", c"rx_bytes", c"rx_malformed", c"rx_no_connection", c"rx_dropped"];
+pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 16] = [
+    c"rx_packets",
+    c"rx_bytes",
+    c"rx_malformed",
+    c"rx_no_connection",
+    c"rx_dropped",
+    c"tx_packets",
+    c"tx_bytes",
+    c"tx_failed",
+    c"retransmits",
+    c"timeouts",
+    c"sack_recovered",
+    c"rnr_naks",
+    c"rx_duplicates",
+    c"rx_invalid",
+    c"access_errors",
+    c"ud_dropped",
+];
 
 /// Per-device counters (lock-free; updated from softirq).
 pub(crate) struct Counters([AtomicU64; COUNTER_NAMES.len()]);
@@ -49,26 +89,50 @@ impl Counters {
     }
 }
 
-/// One received datagram: the bytes after the UDP header and what the core needs
-/// from the lower headers.
+/// One received datagram: the bytes after the UDP header.
 pub(crate) struct Datagram<'a> {
     pub(crate) payload: &'a [u8],
-    pub(crate) src_port: u16,
-    pub(crate) ecn_ce: bool,
 }
 
-/// Handles a datagram addressed to `dev`'s MetaRoCE port.
-pub(crate) fn receive(dev: &IbDev, d: &Datagram<'_>) {
+/// Classifies a datagram addressed to `dev`'s MetaRoCE port: the destination QP
+/// number of a well-formed packet, `None` (counted) for a malformed one.
+pub(crate) fn receive(dev: &IbDev, d: &Datagram<'_>) -> Option<u32> {
     let c = &dev.data().counters;
     c.add(Counter::RxPackets, 1);
     c.add(Counter::RxBytes, d.payload.len() as u64);
     match PacketRepr::parse(d.payload) {
-        Err(_) => c.add(Counter::RxMalformed, 1),
-        // No QP is attached to a connection yet (the send/receive data path is not
-        // implemented), so every well-formed packet has no connection to go to.
-        Ok(_) => c.add(Counter::RxNoConnection, 1),
+        Err(_) => {
+            c.add(Counter::RxMalformed, 1);
+            None
+        }
+        Ok(p) => Some(p.base.dest_qpn),
     }
-    let _ = (d.src_port, d.ecn_ce);
+}
+
+/// A well-formed packet whose destination QP does not exist (or is not connected).
+pub(crate) fn receive_no_connection(dev: &IbDev) {
+    dev.data().counters.add(Counter::RxNoConnection, 1);
+}
+
+/// Adds what a QP's engine counted to the device counters.
+pub(crate) fn account(c: &Counters, e: EngineCounters) {
+    for (counter, n) in [
+        (Counter::TxPackets, e.tx_packets),
+        (Counter::TxBytes, e.tx_bytes),
+        (Counter::TxFailed, e.tx_failed),
+        (Counter::Retransmits, e.retransmits),
+        (Counter::Timeouts, e.timeouts),
+        (Counter::SackRecovered, e.sack_recovered),
+        (Counter::RnrNaks, e.rnr_naks),
+        (Counter::RxDuplicates, e.rx_duplicates),
+        (Counter::RxInvalid, e.rx_invalid),
+        (Counter::AccessErrors, e.access_errors),
+        (Counter::UdDropped, e.rx_ud_dropped),
+    ] {
+        if n != 0 {
+            c.add(counter, n);
+        }
+    }
 }
 
 /// A datagram the stack could not hand over intact.

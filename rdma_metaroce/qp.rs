@@ -6,9 +6,9 @@
 //! this module validates the values and keeps them. The transport state of a
 //! connected QP lives in the protocol core (`proto::Connection`).
 
-use kernel::new_mutex;
 use kernel::prelude::*;
-use kernel::sync::Mutex;
+use kernel::sync::{Mutex, SpinLock};
+use kernel::{new_mutex, new_spinlock};
 
 /// Per-QP work request limits advertised in `query_device`.
 pub(crate) const MAX_QP_WR: u32 = 16384;
@@ -180,29 +180,72 @@ pub(crate) struct Qp {
     /// Verbs attributes; changed only by `modify_qp` (process context).
     #[pin]
     attrs: Mutex<QpAttrs>,
+    /// The data path. Taken by the posting verbs (any context but interrupt
+    /// handlers) and the QP's work, after `attrs` when both are needed; nothing under
+    /// it sleeps.
+    #[pin]
+    pub(crate) engine: SpinLock<crate::engine::Engine>,
 }
 
 impl Qp {
-    pub(crate) fn new(qpn: u32, ty: QpType, caps: QpCaps) -> impl PinInit<Self> {
+    pub(crate) fn new(qpn: u32, ty: QpType, caps: QpCaps, engine: crate::engine::Engine) -> impl PinInit<Self> {
         pin_init!(Self {
             qpn,
             ty,
             caps,
             attrs <- new_mutex!(QpAttrs::new(), "metaroce_qp_attrs"),
+            engine <- new_spinlock!(engine, "metaroce_qp_engine"),
         })
     }
 
-    /// The current state (ib_core passes it to `ib_modify_qp_is_ok`).
+    /// The current state (ib_core passes it to `ib_modify_qp_is_ok`). A QP whose
+    /// connection failed (retries exhausted) is in the error state.
     pub(crate) fn state(&self) -> QpState {
-        self.attrs.lock().state
+        let attrs = self.attrs.lock();
+        if self.engine.lock().errored() {
+            return QpState::Err;
+        }
+        attrs.state
     }
 
-    pub(crate) fn modify(&self, u: &QpUpdate) -> Result {
-        self.attrs.lock().apply(u)
+    /// Applies a `modify_qp` whose transition ib_core accepted, to the attributes and
+    /// then to the data path (`num_paths`: the module's paths per connection).
+    pub(crate) fn modify(&self, u: &QpUpdate, num_paths: u8) -> Result {
+        let mut attrs = self.attrs.lock();
+        let before = attrs.state;
+        attrs.apply(u)?;
+        let a = *attrs;
+        let mut eng = self.engine.lock();
+        eng.set_access(a.access_flags, a.qkey);
+        let params = crate::engine::ConnectParams {
+            remote_qpn: a.dest_qpn,
+            remote_gid: a.remote_gid,
+            sq_psn: a.sq_psn,
+            rq_psn: a.rq_psn,
+            mtu: 128 << a.path_mtu,
+            num_paths,
+            max_rd_atomic: a.max_rd_atomic,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
+            min_rnr_timer: a.min_rnr_timer,
+        };
+        match u.state {
+            Some(QpState::Reset) => eng.to_reset(),
+            Some(QpState::Init) if before == QpState::Reset => eng.to_init(),
+            Some(QpState::Rtr) if before != QpState::Rtr => eng.to_rtr(&params),
+            Some(QpState::Rts) if before != QpState::Rts => eng.to_rts(&params),
+            Some(QpState::Err) => eng.to_error(),
+            _ => {}
+        }
+        Ok(())
     }
 
     pub(crate) fn attrs(&self) -> QpAttrs {
-        *self.attrs.lock()
+        let mut a = *self.attrs.lock();
+        if self.engine.lock().errored() {
+            a.state = QpState::Err;
+        }
+        a
     }
 }
 

@@ -4,6 +4,7 @@
 //! (`ibv_modify_srq` with `IBV_SRQ_LIMIT`). Receive WQEs posted to an SRQ are consumed
 //! by the data path of the QPs attached to it.
 
+use crate::engine::Sge;
 use crate::qp::{MAX_QP_WR, MAX_SGE};
 use kernel::new_spinlock;
 use kernel::prelude::*;
@@ -21,12 +22,46 @@ pub(crate) struct SrqAttrs {
     pub(crate) limit: u32,
 }
 
+#[derive(Clone, Copy)]
+struct Wqe {
+    wr_id: u64,
+    nsge: u16,
+}
+
+/// The queue of an SRQ: posted receive WQEs in order, storage fixed at creation.
+struct Queue {
+    attrs: SrqAttrs,
+    wqes: KVec<Option<Wqe>>,
+    sges: KVec<Sge>,
+    head: u32,
+    tail: u32,
+}
+
+impl Queue {
+    fn len(&self) -> u32 {
+        self.tail.wrapping_sub(self.head)
+    }
+    fn slot(&self, i: u32) -> usize {
+        (i % self.attrs.max_wr) as usize
+    }
+}
+
+/// A WQE taken from an SRQ by a QP.
+pub(crate) struct Taken {
+    pub(crate) wr_id: u64,
+    pub(crate) nsge: usize,
+    /// The queue fell below its armed limit: report `IB_EVENT_SRQ_LIMIT_REACHED`
+    /// (the limit is disarmed, as verbs require).
+    pub(crate) limit_reached: bool,
+}
+
 /// A shared receive queue.
 #[pin_data]
 pub(crate) struct Srq {
-    /// Attributes; changed by `modify_srq` (process context), read by the data path.
+    /// Attributes and WQEs; taken by `modify_srq`/`post_srq_recv` and by the data
+    /// path of attached QPs (under their engine lock). Nothing sleeps under it.
     #[pin]
-    attrs: SpinLock<SrqAttrs>,
+    q: SpinLock<Queue>,
 }
 
 impl Srq {
@@ -38,11 +73,61 @@ impl Srq {
         if a.limit > a.max_wr {
             return Err(EINVAL);
         }
-        Ok(pin_init!(Self { attrs <- new_spinlock!(a, "metaroce_srq") }))
+        let q = Queue {
+            attrs: a,
+            wqes: KVec::from_elem(None, a.max_wr as usize, GFP_KERNEL)?,
+            sges: KVec::from_elem(Sge::default(), (a.max_wr * a.max_sge) as usize, GFP_KERNEL)?,
+            head: 0,
+            tail: 0,
+        };
+        Ok(pin_init!(Self { q <- new_spinlock!(q, "metaroce_srq") }))
     }
 
     pub(crate) fn attrs(&self) -> SrqAttrs {
-        *self.attrs.lock()
+        self.q.lock().attrs
+    }
+
+    /// `ib_post_srq_recv` for one WQE: `EINVAL` for too many SGEs, `ENOMEM` when full.
+    pub(crate) fn post_recv(&self, wr_id: u64, sges: &[Sge]) -> Result {
+        let mut q = self.q.lock();
+        if sges.len() > q.attrs.max_sge as usize {
+            return Err(EINVAL);
+        }
+        if q.len() >= q.attrs.max_wr {
+            return Err(ENOMEM);
+        }
+        let i = q.slot(q.tail);
+        let base = i * q.attrs.max_sge as usize;
+        q.sges[base..base + sges.len()].copy_from_slice(sges);
+        q.wqes[i] = Some(Wqe { wr_id, nsge: sges.len() as u16 });
+        q.tail = q.tail.wrapping_add(1);
+        Ok(())
+    }
+
+    /// Takes the oldest WQE, copying its SGEs into `out` (which must hold
+    /// `max_sge` entries; fewer are refused by returning `None`).
+    pub(crate) fn take(&self, out: &mut [Sge]) -> Option<Taken> {
+        let mut q = self.q.lock();
+        if q.len() == 0 {
+            return None;
+        }
+        let i = q.slot(q.head);
+        let w = q.wqes[i]?;
+        let n = w.nsge as usize;
+        let base = i * q.attrs.max_sge as usize;
+        out.get_mut(..n)?.copy_from_slice(&q.sges[base..base + n]);
+        q.wqes[i] = None;
+        q.head = q.head.wrapping_add(1);
+        let limit_reached = q.attrs.limit != 0 && q.len() < q.attrs.limit;
+        if limit_reached {
+            q.attrs.limit = 0;
+        }
+        Some(Taken { wr_id: w.wr_id, nsge: n, limit_reached })
+    }
+
+    /// The largest number of SGEs a WQE of this SRQ may have.
+    pub(crate) fn max_sge(&self) -> u32 {
+        self.q.lock().attrs.max_sge
     }
 
     /// `modify_srq`: resizing is not offered (`EOPNOTSUPP`); the limit must not exceed
@@ -51,12 +136,12 @@ impl Srq {
         if resize.is_some() {
             return Err(crate::ffi::eopnotsupp());
         }
-        let mut a = self.attrs.lock();
+        let mut q = self.q.lock();
         if let Some(l) = limit {
-            if l > a.max_wr {
+            if l > q.attrs.max_wr {
                 return Err(EINVAL);
             }
-            a.limit = l;
+            q.attrs.limit = l;
         }
         Ok(())
     }
@@ -76,6 +161,29 @@ mod tests {
         assert_eq!(srq.modify(None, Some(16)), Ok(()));
         assert_eq!(srq.attrs().limit, 16);
         assert_eq!(srq.modify(Some(128), None), Err(crate::ffi::eopnotsupp()));
+        Ok(())
+    }
+
+    #[test]
+    fn wqes_come_out_in_order_and_the_limit_fires_once() -> Result {
+        let srq = KBox::pin_init(Srq::new(SrqAttrs { max_wr: 4, max_sge: 2, limit: 0 })?, GFP_KERNEL)?;
+        let s = |a| Sge { addr: a, length: 8, lkey: 1 };
+        srq.post_recv(1, &[s(0x10)])?;
+        srq.post_recv(2, &[s(0x20), s(0x30)])?;
+        srq.post_recv(3, &[])?;
+        srq.post_recv(4, &[])?;
+        assert_eq!(srq.post_recv(5, &[]), Err(ENOMEM));
+        assert_eq!(srq.post_recv(5, &[s(1), s(2), s(3)]), Err(EINVAL));
+        srq.modify(None, Some(3))?;
+        let mut out = [Sge::default(); 2];
+        let t = srq.take(&mut out).ok_or(EINVAL)?;
+        assert_eq!((t.wr_id, t.nsge, t.limit_reached), (1, 1, false));
+        let t = srq.take(&mut out).ok_or(EINVAL)?;
+        assert_eq!((t.wr_id, t.nsge, t.limit_reached, out[1].addr), (2, 2, true, 0x30));
+        let t = srq.take(&mut out).ok_or(EINVAL)?;
+        assert_eq!((t.wr_id, t.limit_reached), (3, false));
+        assert!(srq.take(&mut out).is_some());
+        assert!(srq.take(&mut out).is_none());
         Ok(())
     }
 }

@@ -12,6 +12,7 @@
 #include <rdma/ib_mad.h>
 #include <rdma/ib_umem.h>
 #include <rdma/rdma_netlink.h>
+#include <rdma/restrack.h>
 #include <rdma/uverbs_ioctl.h>
 #include <net/udp_tunnel.h>
 #include <net/route.h>

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * C helpers for rdma_metaroce; see helpers.h. Forwarders only.
+ * C helpers for rdma_metaroce; see helpers.h. Forwarders for macros and static
+ * inlines, plus the packet plumbing that is all macros in C (work items, skb
+ * construction, routing). No protocol logic lives here.
  */
 #include <linux/module.h>
 #include <linux/platform_device.h>
@@ -9,6 +11,10 @@
 #include <linux/ipv6.h>
 #include <net/inet_ecn.h>
 #include <net/udp_tunnel.h>
+#include <net/route.h>
+#include <linux/workqueue.h>
+#include <linux/scatterlist.h>
+#include <linux/uaccess.h>
 #include "helpers.h"
 
 struct ib_device *mrc_ib_alloc_device(size_t size, struct net_device *ndev)
@@ -178,4 +184,180 @@ const u8 *mrc_skb_udp_payload(struct sk_buff *skb, unsigned int *len, u16 *sport
 void mrc_kfree_skb(struct sk_buff *skb)
 {
 	kfree_skb(skb);
+}
+
+/* ---- Data path plumbing ---------------------------------------------------- */
+
+static struct workqueue_struct *mrc_wq;
+
+int mrc_wq_init(void)
+{
+	/* Unbound: QPs are independent and the work may run long (copies). */
+	mrc_wq = alloc_workqueue("metaroce", WQ_UNBOUND | WQ_MEM_RECLAIM, 0);
+	return mrc_wq ? 0 : -ENOMEM;
+}
+
+void mrc_wq_fini(void)
+{
+	destroy_workqueue(mrc_wq);
+}
+
+struct mrc_qp_io {
+	struct delayed_work work;
+	struct sk_buff_head rxq;
+	void *owner;
+	void (*run)(void *owner);
+};
+
+static void mrc_qp_io_fn(struct work_struct *w)
+{
+	struct mrc_qp_io *io = container_of(to_delayed_work(w), struct mrc_qp_io, work);
+
+	io->run(io->owner);
+}
+
+struct mrc_qp_io *mrc_qp_io_new(void *owner, void (*run)(void *owner))
+{
+	struct mrc_qp_io *io = kzalloc(sizeof(*io), GFP_KERNEL);
+
+	if (!io)
+		return NULL;
+	INIT_DELAYED_WORK(&io->work, mrc_qp_io_fn);
+	skb_queue_head_init(&io->rxq);
+	io->owner = owner;
+	io->run = run;
+	return io;
+}
+
+void mrc_qp_io_kick(struct mrc_qp_io *io)
+{
+	mod_delayed_work(mrc_wq, &io->work, 0);
+}
+
+void mrc_qp_io_arm(struct mrc_qp_io *io, u64 usecs)
+{
+	queue_delayed_work(mrc_wq, &io->work, usecs_to_jiffies(usecs));
+}
+
+void mrc_qp_io_rx_push(struct mrc_qp_io *io, struct sk_buff *skb)
+{
+	skb_queue_tail(&io->rxq, skb);
+	mod_delayed_work(mrc_wq, &io->work, 0);
+}
+
+struct sk_buff *mrc_qp_io_rx_pop(struct mrc_qp_io *io)
+{
+	return skb_dequeue(&io->rxq);
+}
+
+void mrc_qp_io_free(struct mrc_qp_io *io)
+{
+	cancel_delayed_work_sync(&io->work);
+	skb_queue_purge(&io->rxq);
+	kfree(io);
+}
+
+u64 mrc_now_ns(void)
+{
+	return ktime_get_ns();
+}
+
+void mrc_synchronize_rcu(void)
+{
+	synchronize_rcu();
+}
+
+static size_t mrc_umem_skip(struct ib_umem *umem, u64 offset)
+{
+	return ib_umem_offset(umem) + offset;
+}
+
+size_t mrc_umem_read(struct ib_umem *umem, u64 offset, void *buf, size_t len)
+{
+	return sg_pcopy_to_buffer(umem->sgt_append.sgt.sgl, umem->sgt_append.sgt.orig_nents,
+				  buf, len, mrc_umem_skip(umem, offset));
+}
+
+size_t mrc_umem_write(struct ib_umem *umem, u64 offset, const void *buf, size_t len)
+{
+	return sg_pcopy_from_buffer(umem->sgt_append.sgt.sgl, umem->sgt_append.sgt.orig_nents,
+				    buf, len, mrc_umem_skip(umem, offset));
+}
+
+unsigned long mrc_copy_from_user(void *dst, u64 uaddr, size_t len)
+{
+	return copy_from_user(dst, u64_to_user_ptr(uaddr), len);
+}
+
+int mrc_udp_xmit4(struct socket *sock, __be32 saddr, __be32 daddr, u16 sport, u16 dport,
+		  u8 tos, const void *data, size_t len)
+{
+	struct sock *sk = sock->sk;
+	struct flowi4 fl = {};
+	struct rtable *rt;
+	struct sk_buff *skb;
+	unsigned int headroom;
+
+	fl.flowi4_oif = sk->sk_bound_dev_if;
+	fl.saddr = saddr;
+	fl.daddr = daddr;
+	fl.flowi4_proto = IPPROTO_UDP;
+	rt = ip_route_output_key(sock_net(sk), &fl);
+	if (IS_ERR(rt))
+		return PTR_ERR(rt);
+	headroom = LL_RESERVED_SPACE(rt->dst.dev) + sizeof(struct iphdr) +
+		   sizeof(struct udphdr);
+	/* Called under the QP's engine spinlock. */
+	skb = alloc_skb(headroom + len, GFP_ATOMIC);
+	if (!skb) {
+		ip_rt_put(rt);
+		return -ENOMEM;
+	}
+	skb_reserve(skb, headroom);
+	skb_put_data(skb, data, len);
+	/* The route chose the source address if the caller left it 0. */
+	udp_tunnel_xmit_skb(rt, sk, skb, fl.saddr, daddr, tos, ip4_dst_hoplimit(&rt->dst),
+			    0, htons(sport), htons(dport), false, false, 0);
+	return 0;
+}
+
+void mrc_skb_addrs4(struct sk_buff *skb, __be32 *saddr, __be32 *daddr)
+{
+	if (skb->protocol == htons(ETH_P_IP)) {
+		*saddr = ip_hdr(skb)->saddr;
+		*daddr = ip_hdr(skb)->daddr;
+	} else {
+		*saddr = 0;
+		*daddr = 0;
+	}
+}
+
+void mrc_cq_notify(struct ib_cq *cq)
+{
+	if (cq->comp_handler)
+		cq->comp_handler(cq, cq->cq_context);
+}
+
+void mrc_cq_event(struct ib_cq *cq, int event)
+{
+	struct ib_event ev = {};
+
+	if (!cq->event_handler)
+		return;
+	ev.device = cq->device;
+	ev.element.cq = cq;
+	ev.event = event;
+	cq->event_handler(&ev, cq->cq_context);
+}
+
+void mrc_srq_event(struct ib_srq *srq, int event)
+{
+	struct ib_event ev = {};
+
+	if (!srq->event_handler)
+		return;
+	ev.device = srq->device;
+	ev.element.srq = srq;
+	ev.event = event;
+	srq->event_handler(&ev, srq->srq_context);
 }

@@ -70,5 +70,59 @@ const u8 *mrc_skb_udp_payload(struct sk_buff *skb, unsigned int *len, u16 *sport
 			      bool *ce);
 /* kfree_skb() */
 void mrc_kfree_skb(struct sk_buff *skb);
+/* Reports `event` (enum ib_event_type) on the SRQ through its event handler. */
+void mrc_srq_event(struct ib_srq *srq, int event);
 
 #endif
+
+/* ---- Data path plumbing ---------------------------------------------------- */
+
+/* The module's workqueue (alloc_workqueue() is a macro); every QP's protocol work
+ * runs on it. Created at module init, destroyed at exit. */
+int mrc_wq_init(void);
+void mrc_wq_fini(void);
+
+/* Per-QP I/O context: a delayed work item that calls `run(owner)` in process
+ * context on the module's workqueue, and a queue of received datagrams (whose
+ * spinlock is IRQ-safe, so the softirq receive path may push to it). */
+struct mrc_qp_io;
+struct mrc_qp_io *mrc_qp_io_new(void *owner, void (*run)(void *owner));
+/* Runs the work as soon as possible (pulls a pending timer forward). */
+void mrc_qp_io_kick(struct mrc_qp_io *io);
+/* Runs the work after `usecs` unless it is already pending. */
+void mrc_qp_io_arm(struct mrc_qp_io *io, u64 usecs);
+/* Queues a received skb (from softirq) and kicks the work. Takes ownership. */
+void mrc_qp_io_rx_push(struct mrc_qp_io *io, struct sk_buff *skb);
+/* The oldest queued skb, or NULL. */
+struct sk_buff *mrc_qp_io_rx_pop(struct mrc_qp_io *io);
+/* Cancels the work (waiting for a running one), drops queued skbs, frees. Process
+ * context; nobody may push or kick afterwards. */
+void mrc_qp_io_free(struct mrc_qp_io *io);
+
+/* ktime_get_ns() */
+u64 mrc_now_ns(void);
+/* synchronize_rcu() */
+void mrc_synchronize_rcu(void);
+
+/* Copies between a pinned user MR and a kernel buffer: `offset` bytes from the
+ * first byte of the registration. Returns the number of bytes copied. */
+size_t mrc_umem_read(struct ib_umem *umem, u64 offset, void *buf, size_t len);
+size_t mrc_umem_write(struct ib_umem *umem, u64 offset, const void *buf, size_t len);
+/* copy_from_user(): 0 on success. Process context of the owning process only. */
+unsigned long mrc_copy_from_user(void *dst, u64 uaddr, size_t len);
+
+/* Sends `len` bytes as one UDP/IPv4 datagram from the device socket `sock` (a
+ * `saddr` of 0 lets the route choose):
+ * route lookup (oif = the socket's bound device), skb construction, UDP and IP
+ * headers (udp_tunnel_xmit_skb() -> ip_local_out()). Addresses in network byte
+ * order, ports in host order, `tos` carries the ECN codepoint. 0 or -errno. */
+int mrc_udp_xmit4(struct socket *sock, __be32 saddr, __be32 daddr, u16 sport, u16 dport,
+		  u8 tos, const void *data, size_t len);
+/* The IPv4 source and destination of a received datagram (network order), 0 if
+ * it is not IPv4. */
+void mrc_skb_addrs4(struct sk_buff *skb, __be32 *saddr, __be32 *daddr);
+
+/* cq->comp_handler(cq, cq->cq_context), if set. */
+void mrc_cq_notify(struct ib_cq *cq);
+/* Reports `event` (enum ib_event_type) on the CQ through its event handler. */
+void mrc_cq_event(struct ib_cq *cq, int event);

@@ -79,6 +79,8 @@ struct DevAlloc {
     /// The device's UDP socket on the MetaRoCE port (NULL until opened); closed in
     /// `dealloc_driver` before `data` is dropped.
     sock: *mut raw::socket,
+    /// The MetaRoCE UDP port the socket listens on and packets are sent to.
+    port: u16,
 }
 
 /// A `struct ib_device` of this driver, borrowed.
@@ -112,6 +114,20 @@ impl IbDev {
     /// The raw device, for calls made by the FFI layer.
     pub(super) fn as_raw(&self) -> *mut raw::ib_device {
         self.as_ptr()
+    }
+
+    /// The device's UDP socket (open from creation until `dealloc_driver`, so for as
+    /// long as any QP of the device exists).
+    pub(super) fn sock(&self) -> *mut raw::socket {
+        // SAFETY: `self` heads a live `DevAlloc` (type invariant).
+        unsafe { (*self.as_ptr().cast::<DevAlloc>()).sock }
+    }
+
+    /// The MetaRoCE UDP port of this device.
+    pub(super) fn udp_port(&self) -> u16 {
+        // SAFETY: `self` heads a live `DevAlloc` (type invariant); set before
+        // registration, never changed.
+        unsafe { (*self.as_ptr().cast::<DevAlloc>()).port }
     }
 
     /// The driver data of this device.
@@ -208,7 +224,10 @@ impl IbDev {
             return Err(undo(Error::from_errno(err)));
         }
         // SAFETY: Exclusively ours until registered.
-        unsafe { (*alloc).sock = sock };
+        unsafe {
+            (*alloc).sock = sock;
+            (*alloc).port = udp_port;
+        }
         // SAFETY: Both are alive; ib_core takes its own netdev reference.
         let ret = unsafe { raw::ib_device_set_netdev(ib.as_ptr(), ndev.as_ptr(), 1) };
         kernel::error::to_result(ret).map_err(undo)?;

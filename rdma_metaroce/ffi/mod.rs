@@ -23,6 +23,7 @@ use kernel::prelude::*;
 
 pub(crate) mod raw;
 
+mod datapath;
 mod ibdev;
 mod link;
 mod net;
@@ -33,6 +34,7 @@ pub(crate) use ibdev::{
     registry_init, unregister_all, unregister_on_netdev, DeviceCaps, IbDev, IbMtu, ParentDevice,
     PortInfo, PortState,
 };
+pub(crate) use datapath::{KernelVa, QpTable, Umem};
 pub(crate) use link::LinkOps;
 
 /// `EOPNOTSUPP` ("operation not supported"), the errno rdma-core expects for verbs a
@@ -67,3 +69,22 @@ pub(crate) fn random_u32() -> u32 {
     unsafe { raw::get_random_u32() }
 }
 pub(crate) use netdev::{NetDev, NetdevEvent, NetdevNotifier};
+
+/// The module's workqueue, on which every QP's work runs; destroyed on drop (after
+/// every device, hence every QP, is gone).
+pub(crate) struct Workqueue(());
+
+impl Workqueue {
+    pub(crate) fn new() -> Result<Self> {
+        // SAFETY: Called once from module init.
+        kernel::error::to_result(unsafe { raw::mrc_wq_init() })?;
+        Ok(Self(()))
+    }
+}
+
+impl Drop for Workqueue {
+    fn drop(&mut self) {
+        // SAFETY: Created in `new`; no QP (so no work item) exists any more.
+        unsafe { raw::mrc_wq_fini() };
+    }
+}

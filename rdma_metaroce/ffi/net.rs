@@ -19,6 +19,7 @@ pub(super) unsafe extern "C" fn udp_rcv_cb(sk: *mut raw::sock, skb: *mut raw::sk
     if !ib.is_null() {
         // SAFETY: The device outlives its socket (see `IbDev::create`).
         let dev = unsafe { IbDev::from_raw(ib) };
+        // Source port and ECN are read again by the QP's work, which needs them.
         let (mut len, mut sport, mut ce) = (0u32, 0u16, false);
         // SAFETY: `skb` is a received UDP datagram we own.
         let p = unsafe { raw::mrc_skb_udp_payload(skb, &mut len, &mut sport, &mut ce) };
@@ -26,9 +27,15 @@ pub(super) unsafe extern "C" fn udp_rcv_cb(sk: *mut raw::sock, skb: *mut raw::sk
             crate::net::receive_unreadable(dev);
         } else {
             // SAFETY: The helper returned `len` readable bytes inside the linear skb,
-            // which lives until the `kfree_skb` below.
+            // which lives until it is freed or handed on.
             let payload = unsafe { core::slice::from_raw_parts(p, len as usize) };
-            crate::net::receive(dev, &Datagram { payload, src_port: sport, ecn_ce: ce });
+            if let Some(qpn) = crate::net::receive(dev, &Datagram { payload }) {
+                // SAFETY: We own the skb; on success the QP's queue owns it.
+                match unsafe { super::datapath::deliver(dev, qpn, skb) } {
+                    Ok(()) => return 0,
+                    Err(_) => crate::net::receive_no_connection(dev),
+                }
+            }
         }
     }
     // SAFETY: We own the skb; returning 0 tells UDP it was consumed.

@@ -1,0 +1,1110 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The data path of one QP: the verbs send and receive queues (work requests with
+//! their scatter/gather lists, as deep as the consumer asked for), the protocol
+//! core's [`Connection`] for RC, datagram handling for UD, and the glue between them:
+//! which posted work the connection holds, how its byte-moving callbacks reach
+//! registered memory, and how its completions become verbs completions.
+//!
+//! Safe code. It runs under the QP's engine spinlock (the posting verbs may be called
+//! in atomic context by kernel consumers, e.g. ib_mad posts under its own spinlock),
+//! so nothing here sleeps or allocates; the FFI layer provides packets, time and an
+//! [`Io`] that transmits (GFP_ATOMIC) and completes.
+
+use crate::cq::{Grh, Wc};
+use crate::ids::IdTable;
+use crate::mr::{MrTable, Need, PdId};
+use crate::proto::{
+    self, ud, AtomicOp, Completion, Config, Connection, Duration, Ecn, Instant, LocalMemory,
+    MemError, PostError, RecvWr, Responder, SendWr, WcOpcode, WcStatus, WrOpcode,
+};
+use crate::qp::{QpCaps, QpType};
+use kernel::prelude::*;
+
+/// Bytes in front of every UD receive buffer's payload that hold the GRH (IBTA).
+pub(crate) const GRH_LEN: usize = 40;
+
+/// Largest payload of one datagram the engine builds (an MTU plus headers fits).
+const TX_BUF: usize = proto::connection::MAX_HEADER + 4096;
+
+/// Receive WQEs a QP on an SRQ holds at a time: enough to keep a connection busy,
+/// few enough that the other QPs on the SRQ are not starved.
+const SRQ_BATCH: usize = 16;
+
+/// Largest UD payload (the largest IB MTU).
+const UD_MAX_PAYLOAD: u32 = 4096;
+
+/// Packets one run of the work transmits before yielding to other QPs (it requeues
+/// itself when more are ready).
+const TX_BUDGET: usize = 64;
+
+/// One scatter/gather element (`struct ib_sge`).
+#[derive(Clone, Copy, Default, Debug)]
+pub(crate) struct Sge {
+    pub(crate) addr: u64,
+    pub(crate) length: u32,
+    pub(crate) lkey: u32,
+}
+
+/// Destination of a UD send: the peer's IP address (a GID) and QP.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct UdDest {
+    pub(crate) dgid: [u8; 16],
+    pub(crate) qpn: u32,
+    pub(crate) qkey: u32,
+}
+
+/// A send work request as the FFI layer decoded it.
+pub(crate) struct SendRequest<'a> {
+    pub(crate) wr_id: u64,
+    pub(crate) op: WrOpcode,
+    pub(crate) signaled: bool,
+    pub(crate) solicited: bool,
+    pub(crate) fence: bool,
+    pub(crate) sges: &'a [Sge],
+    /// Inline payload, already copied into the kernel.
+    pub(crate) inline: Option<&'a [u8]>,
+    pub(crate) remote_va: u64,
+    pub(crate) rkey: u32,
+    /// Immediate data (host order) or the R_Key to invalidate.
+    pub(crate) imm: u32,
+    pub(crate) compare: u64,
+    pub(crate) swap_add: u64,
+    pub(crate) ud: Option<UdDest>,
+}
+
+/// What the engine asks of the outside world.
+pub(crate) trait Io {
+    /// Sends `pkt` (everything after the UDP header) to `dgid` from UDP source port
+    /// `src_port`. False if it could not be sent (no route, no memory): to the
+    /// protocol that is a lost packet.
+    fn transmit(&mut self, dgid: &[u8; 16], src_port: u16, ecn: Ecn, pkt: &[u8]) -> bool;
+    /// Delivers a completion to the send (`recv == false`) or receive CQ.
+    fn complete(&mut self, recv: bool, wc: Wc, solicited: bool);
+}
+
+/// A received MetaRoCE datagram and what the lower headers said about it.
+pub(crate) struct Received<'a> {
+    /// Everything after the UDP header.
+    pub(crate) bytes: &'a [u8],
+    pub(crate) src_port: u16,
+    /// The IP ECN field was CE.
+    pub(crate) ce: bool,
+    /// IPv4 source and destination (zero for IPv6).
+    pub(crate) saddr4: [u8; 4],
+    pub(crate) daddr4: [u8; 4],
+}
+
+/// Device resources the engine borrows for one call.
+pub(crate) struct Shared<'a> {
+    pub(crate) mrs: &'a MrTable,
+    pub(crate) keys: &'a IdTable,
+}
+
+/// Connection parameters from `modify_qp` (RTR/RTS).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ConnectParams {
+    pub(crate) remote_qpn: u32,
+    pub(crate) remote_gid: [u8; 16],
+    pub(crate) sq_psn: u32,
+    pub(crate) rq_psn: u32,
+    /// Payload bytes per packet.
+    pub(crate) mtu: u32,
+    pub(crate) num_paths: u8,
+    pub(crate) max_rd_atomic: u8,
+    pub(crate) retry_cnt: u8,
+    pub(crate) rnr_retry: u8,
+    pub(crate) min_rnr_timer: u8,
+}
+
+/// Counters the engine adds to (drained into the device's counters by the caller).
+#[derive(Clone, Copy, Default, Debug)]
+pub(crate) struct EngineCounters {
+    pub(crate) tx_packets: u64,
+    pub(crate) tx_bytes: u64,
+    pub(crate) tx_failed: u64,
+    pub(crate) rx_ud_dropped: u64,
+    pub(crate) access_errors: u64,
+    /// From the connection's statistics (deltas since the last report):
+    pub(crate) retransmits: u64,
+    pub(crate) timeouts: u64,
+    pub(crate) sack_recovered: u64,
+    pub(crate) rnr_naks: u64,
+    pub(crate) rx_duplicates: u64,
+    pub(crate) rx_invalid: u64,
+}
+
+#[derive(Clone, Copy)]
+struct SqSlot {
+    wr_id: u64,
+    signaled: bool,
+    /// The request as given to the connection (its `wr_id` is the slot index).
+    wr: SendWr,
+    nsge: u16,
+    inline_len: u16,
+    ud: Option<UdDest>,
+    done: Option<Completion>,
+}
+
+#[derive(Clone, Copy)]
+struct RqSlot {
+    wr_id: u64,
+    len: u32,
+    nsge: u16,
+    done: Option<Completion>,
+}
+
+/// Ring positions: `head` = oldest incomplete, `fed` = next to hand to the
+/// connection, `tail` = next free (all wrapping counters).
+#[derive(Clone, Copy, Default)]
+struct Ring {
+    head: u32,
+    fed: u32,
+    tail: u32,
+    depth: u32,
+}
+
+impl Ring {
+    fn len(&self) -> u32 {
+        self.tail.wrapping_sub(self.head)
+    }
+    fn idx(&self, i: u32) -> usize {
+        (i % self.depth.max(1)) as usize
+    }
+    fn clear(&mut self) {
+        self.head = 0;
+        self.fed = 0;
+        self.tail = 0;
+    }
+}
+
+/// The verbs queues' storage, fixed at QP creation.
+struct Queues {
+    sq: KVec<Option<SqSlot>>,
+    sq_sge: KVec<Sge>,
+    sq_inline: KVec<u8>,
+    max_send_sge: usize,
+    max_inline: usize,
+    sqr: Ring,
+    rq: KVec<Option<RqSlot>>,
+    rq_sge: KVec<Sge>,
+    max_recv_sge: usize,
+    rqr: Ring,
+}
+
+fn filled<T: Clone>(v: T, n: usize) -> Result<KVec<T>> {
+    Ok(KVec::from_elem(v, n, GFP_KERNEL)?)
+}
+
+/// The engine of one QP.
+pub(crate) struct Engine {
+    ty: QpType,
+    qpn: u32,
+    pd: PdId,
+    q: Queues,
+    /// RC only: the transport state, allocated at creation (zero-filled, then reset
+    /// when the QP is connected) so connecting never allocates.
+    conn: Option<KBox<Connection>>,
+    connected: bool,
+    /// Verbs state as the data path needs it.
+    can_send: bool,
+    can_recv: bool,
+    errored: bool,
+    remote_gid: [u8; 16],
+    /// `IB_ACCESS_REMOTE_*` rights the QP grants (`qp_access_flags`).
+    access: u32,
+    qkey: u32,
+    mtu: u32,
+    src_port: u16,
+    tx: KVec<u8>,
+    /// Every send completes visibly (`IB_SIGNAL_ALL_WR`).
+    sig_all: bool,
+    /// Receives come from an SRQ ([`Engine::refill`]).
+    on_srq: bool,
+    counters: EngineCounters,
+    /// The connection's statistics at the last `take_counters` (reset on connect).
+    last_stats: proto::Stats,
+}
+
+/// Total byte length of a scatter/gather list (`EINVAL` beyond 2^31).
+fn sge_len(sges: &[Sge]) -> Result<u32> {
+    let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+    u32::try_from(total).ok().filter(|t| *t <= proto::connection::MAX_MSG).ok_or(EINVAL)
+}
+
+impl Engine {
+    /// An engine for a new QP (process context: allocates the queues and, for RC, the
+    /// connection).
+    ///
+    /// `port_seed` picks the QP's UDP source ports (random bits from the caller).
+    /// `srq_max_sge`: the QP receives from an SRQ whose WQEs have up to this many
+    /// SGEs; it then keeps a few of them at a time in its own receive ring.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        ty: QpType,
+        qpn: u32,
+        pd: PdId,
+        caps: &QpCaps,
+        sig_all: bool,
+        port_seed: u16,
+        srq_max_sge: Option<u32>,
+        conn: Option<KBox<Connection>>,
+    ) -> Result<Self> {
+        let sd = caps.max_send_wr.max(1) as usize;
+        let (rd, rse) = match srq_max_sge {
+            Some(n) => (SRQ_BATCH, n.max(1) as usize),
+            None => (caps.max_recv_wr.max(1) as usize, caps.max_recv_sge.max(1) as usize),
+        };
+        let sse = caps.max_send_sge.max(1) as usize;
+        let inl = caps.max_inline_data as usize;
+        let q = Queues {
+            sq: filled(None, sd)?,
+            sq_sge: filled(Sge::default(), sd * sse)?,
+            sq_inline: filled(0u8, sd * inl)?,
+            max_send_sge: sse,
+            max_inline: inl,
+            sqr: Ring { depth: sd as u32, ..Ring::default() },
+            rq: filled(None, rd)?,
+            rq_sge: filled(Sge::default(), rd * rse)?,
+            max_recv_sge: rse,
+            rqr: Ring { depth: rd as u32, ..Ring::default() },
+        };
+        Ok(Self {
+            ty,
+            qpn,
+            pd,
+            q,
+            conn,
+            connected: false,
+            can_send: false,
+            can_recv: false,
+            errored: false,
+            remote_gid: [0; 16],
+            access: 0,
+            qkey: 0,
+            mtu: 1024,
+            // Dynamic port range (RFC 6335), a random base per QP.
+            src_port: 0xC000 | (port_seed & 0x3fff),
+            tx: filled(0u8, TX_BUF)?,
+            sig_all,
+            on_srq: srq_max_sge.is_some(),
+            counters: EngineCounters::default(),
+            last_stats: proto::Stats::default(),
+        })
+    }
+
+    pub(crate) fn errored(&self) -> bool {
+        self.errored
+    }
+
+    /// Counters accumulated since the last call.
+    pub(crate) fn take_counters(&mut self) -> EngineCounters {
+        let mut c = core::mem::take(&mut self.counters);
+        if let Some(conn) = self.conn.as_ref().filter(|_| self.connected) {
+            let (s, l) = (*conn.stats(), self.last_stats);
+            c.retransmits = s.tx_retx.wrapping_sub(l.tx_retx);
+            c.timeouts = (s.path_timeouts + s.rto).wrapping_sub(l.path_timeouts + l.rto);
+            c.sack_recovered = s.lost_detected.wrapping_sub(l.lost_detected);
+            c.rnr_naks = s.rnr_naks.wrapping_sub(l.rnr_naks);
+            c.rx_duplicates = s.rx_dup.wrapping_sub(l.rx_dup);
+            c.rx_invalid = s.rx_invalid.wrapping_sub(l.rx_invalid);
+            self.last_stats = s;
+        }
+        c
+    }
+
+    /// `qp_access_flags` and the Q_Key as last set by `modify_qp`.
+    pub(crate) fn set_access(&mut self, access: u32, qkey: u32) {
+        self.access = access;
+        self.qkey = qkey;
+    }
+
+    /// INIT: receives may be posted (and are kept until RTR).
+    pub(crate) fn to_init(&mut self) {
+        self.can_recv = true;
+    }
+
+    /// The connection configuration for the verbs attributes in `p`.
+    fn config_for(&self, p: &ConnectParams) -> Config {
+        let mut cfg = Config::new(self.qpn, p.remote_qpn, p.sq_psn, p.rq_psn);
+        cfg.mtu = p.mtu;
+        cfg.num_paths = p.num_paths;
+        cfg.peer_num_paths = p.num_paths;
+        cfg.max_rd_atomic = p.max_rd_atomic.clamp(1, proto::connection::MAX_RD_ATOMIC as u8);
+        cfg.retry_cnt = p.retry_cnt;
+        cfg.rnr_retry = p.rnr_retry;
+        cfg.min_rnr_timer = p.min_rnr_timer;
+        cfg.src_port_base = self.src_port;
+        // A software device on a host stack: scheduling, not the wire, dominates the
+        // round trip, and timers have jiffy resolution. Acknowledge at the end of
+        // every receive batch (no delayed-ACK timer) and keep timeouts well above
+        // scheduling noise.
+        cfg.ack_delay = Duration::from_micros(0);
+        cfg.initial_rtt = Duration::from_micros(500);
+        cfg.min_path_rto = Duration::from_millis(10);
+        cfg.min_rto = Duration::from_millis(50);
+        cfg.max_rto = Duration::from_millis(500);
+        cfg
+    }
+
+    /// RTR: the connection starts (RC) and packets for the QP are accepted.
+    pub(crate) fn to_rtr(&mut self, p: &ConnectParams) {
+        self.remote_gid = p.remote_gid;
+        self.mtu = p.mtu;
+        self.can_recv = true;
+        let cfg = self.config_for(p);
+        if let Some(conn) = self.conn.as_mut() {
+            conn.reset(cfg);
+            self.last_stats = proto::Stats::default();
+            self.connected = true;
+            // A (re)started connection holds no work: whatever was handed to the one
+            // it replaces and has not completed is handed over again.
+            for r in [&mut self.q.sqr, &mut self.q.rqr] {
+                r.fed = r.head;
+            }
+        }
+    }
+
+    /// RTS: sends are accepted. The send-side attributes (`sq_psn`, retry counts)
+    /// arrive only now; the connection is restarted with them unless it already
+    /// received packets (then restarting would lose them, so the RTR values stay).
+    pub(crate) fn to_rts(&mut self, p: &ConnectParams) {
+        self.can_send = true;
+        let cfg = self.config_for(p);
+        let restart = self.conn.as_ref().is_some_and(|c| {
+            self.connected && *c.config() != cfg && c.stats().rx_packets == 0
+        });
+        if restart {
+            self.to_rtr(p);
+        }
+    }
+
+    /// ERR: all outstanding work completes with a flush error.
+    pub(crate) fn to_error(&mut self) {
+        self.errored = true;
+        self.can_send = false;
+        if let Some(c) = self.conn.as_mut().filter(|_| self.connected) {
+            c.set_error();
+        }
+    }
+
+    /// RESET: everything posted is forgotten (verbs: no completions).
+    pub(crate) fn to_reset(&mut self) {
+        self.q.sq.iter_mut().for_each(|s| *s = None);
+        self.q.rq.iter_mut().for_each(|s| *s = None);
+        self.q.sqr.clear();
+        self.q.rqr.clear();
+        self.connected = false;
+        self.can_send = false;
+        self.can_recv = false;
+        self.errored = false;
+    }
+
+    /// Reports the data path's state as named values (`rdma resource show qp -dd`),
+    /// for diagnosing a stuck or slow QP.
+    pub(crate) fn describe(&self, mut put: impl FnMut(&'static core::ffi::CStr, u64)) {
+        let (s, r) = (&self.q.sqr, &self.q.rqr);
+        put(c"sq_posted", u64::from(s.len()));
+        put(c"sq_in_transport", u64::from(s.fed.wrapping_sub(s.head)));
+        put(c"rq_posted", u64::from(r.len()));
+        put(c"rq_in_transport", u64::from(r.fed.wrapping_sub(r.head)));
+        put(c"errored", u64::from(self.errored));
+        let Some(c) = self.conn.as_ref().filter(|_| self.connected) else { return };
+        let st = c.stats();
+        put(c"tx_packets", st.tx_packets);
+        put(c"tx_retx", st.tx_retx);
+        put(c"rx_packets", st.rx_packets);
+        put(c"rx_dup", st.rx_dup);
+        put(c"path_timeouts", st.path_timeouts);
+        put(c"rto", st.rto);
+        put(c"tlp", st.tlp);
+        put(c"lost_detected", st.lost_detected);
+        put(c"rnr_naks", st.rnr_naks);
+        put(c"repaths", st.repaths);
+        put(c"idle", u64::from(c.is_idle()));
+        put(c"timer_armed", u64::from(c.poll_timeout().is_some()));
+        const NAMES: [[&core::ffi::CStr; 4]; 4] = [
+            [c"path0_status", c"path0_cwnd", c"path0_inflight", c"path0_srtt_ns"],
+            [c"path1_status", c"path1_cwnd", c"path1_inflight", c"path1_srtt_ns"],
+            [c"path2_status", c"path2_cwnd", c"path2_inflight", c"path2_srtt_ns"],
+            [c"path3_status", c"path3_cwnd", c"path3_inflight", c"path3_srtt_ns"],
+        ];
+        for (i, n) in NAMES.iter().enumerate() {
+            if let Some(p) = c.path_info(i) {
+                put(n[0], p.status as u64);
+                put(n[1], u64::from(p.cwnd));
+                put(n[2], u64::from(p.inflight));
+                put(n[3], u64::from(p.srtt_ns));
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------
+    // Posting
+
+    /// `ib_post_send` for one work request. Errors as verbs expects: `EINVAL` for a
+    /// bad request or a QP that cannot send, `ENOMEM` when the queue is full.
+    pub(crate) fn post_send(&mut self, r: &SendRequest<'_>) -> Result {
+        if !(self.can_send || self.errored) {
+            return Err(EINVAL);
+        }
+        if r.sges.len() > self.q.max_send_sge {
+            return Err(EINVAL);
+        }
+        let inline_len = r.inline.map_or(0, |d| d.len());
+        if inline_len > self.q.max_inline {
+            return Err(EINVAL);
+        }
+        let len = if let Some(d) = r.inline { d.len() as u32 } else { sge_len(r.sges)? };
+        let ud = match (self.ty, r.ud) {
+            (QpType::Ud, Some(d)) if matches!(r.op, WrOpcode::Send | WrOpcode::SendImm) => Some(d),
+            (QpType::Rc, None) => None,
+            _ => return Err(EINVAL),
+        };
+        // A datagram is one packet; the IP layer fragments what the link cannot carry.
+        if ud.is_some() && len > UD_MAX_PAYLOAD {
+            return Err(EINVAL);
+        }
+        if self.q.sqr.len() >= self.q.sqr.depth {
+            return Err(ENOMEM);
+        }
+        let i = self.q.sqr.tail;
+        let slot = self.q.sqr.idx(i);
+        let mut flags = proto::WR_SIGNALED;
+        if r.solicited {
+            flags |= proto::WR_SOLICITED;
+        }
+        if r.fence {
+            flags |= proto::WR_FENCE;
+        }
+        let wr = SendWr {
+            wr_id: slot as u64,
+            opcode: r.op,
+            len,
+            remote_va: r.remote_va,
+            rkey: r.rkey,
+            imm: r.imm,
+            compare: r.compare,
+            swap_add: r.swap_add,
+            flags,
+        };
+        let base = slot * self.q.max_send_sge;
+        self.q.sq_sge[base..base + r.sges.len()].copy_from_slice(r.sges);
+        if let Some(d) = r.inline {
+            let ib = slot * self.q.max_inline;
+            self.q.sq_inline[ib..ib + d.len()].copy_from_slice(d);
+        }
+        self.q.sq[slot] = Some(SqSlot {
+            wr_id: r.wr_id,
+            signaled: r.signaled || self.sig_all,
+            wr,
+            nsge: r.sges.len() as u16,
+            inline_len: r.inline.map(|d| d.len() as u16).unwrap_or(u16::MAX),
+            ud,
+            done: None,
+        });
+        self.q.sqr.tail = i.wrapping_add(1);
+        Ok(())
+    }
+
+    /// `ib_post_recv` for one work request.
+    pub(crate) fn post_recv(&mut self, wr_id: u64, sges: &[Sge]) -> Result {
+        if !(self.can_recv || self.errored) {
+            return Err(EINVAL);
+        }
+        if sges.len() > self.q.max_recv_sge {
+            return Err(EINVAL);
+        }
+        let len = sge_len(sges)?;
+        if self.q.rqr.len() >= self.q.rqr.depth {
+            return Err(ENOMEM);
+        }
+        let i = self.q.rqr.tail;
+        let slot = self.q.rqr.idx(i);
+        let base = slot * self.q.max_recv_sge;
+        self.q.rq_sge[base..base + sges.len()].copy_from_slice(sges);
+        self.q.rq[slot] = Some(RqSlot { wr_id, len, nsge: sges.len() as u16, done: None });
+        self.q.rqr.tail = i.wrapping_add(1);
+        Ok(())
+    }
+
+    /// Tops up the receive ring of a QP on an SRQ. Returns whether the SRQ fell below
+    /// its limit (the caller reports the event).
+    pub(crate) fn refill(&mut self, srq: &crate::srq::Srq) -> bool {
+        let mut limit = false;
+        if !self.on_srq || !self.can_recv || self.errored {
+            return false;
+        }
+        let q = &mut self.q;
+        while q.rqr.len() < q.rqr.depth {
+            let slot = q.rqr.idx(q.rqr.tail);
+            let base = slot * q.max_recv_sge;
+            let Some(t) = srq.take(&mut q.rq_sge[base..base + q.max_recv_sge]) else { break };
+            let len = sge_len(&q.rq_sge[base..base + t.nsge]).unwrap_or(0);
+            q.rq[slot] = Some(RqSlot { wr_id: t.wr_id, len, nsge: t.nsge as u16, done: None });
+            q.rqr.tail = q.rqr.tail.wrapping_add(1);
+            limit |= t.limit_reached;
+        }
+        limit
+    }
+
+    // -----------------------------------------------------------------------------
+    // Running
+
+    /// Handles one received MetaRoCE datagram (bytes after the UDP header).
+    pub(crate) fn on_datagram(&mut self, sh: &Shared<'_>, io: &mut impl Io, now: Instant, d: &Received<'_>) {
+        let (src_port, ce, bytes) = (d.src_port, d.ce, d.bytes);
+        match self.ty {
+            QpType::Rc => {
+                if !self.connected {
+                    return;
+                }
+                let Engine { conn, q, pd, access, counters, .. } = self;
+                let Some(conn) = conn.as_mut() else { return };
+                let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters };
+                conn.handle_datagram(now, src_port, ce, bytes, &mut mem);
+            }
+            QpType::Ud => self.on_ud(sh, io, d.saddr4, d.daddr4, bytes),
+        }
+    }
+
+    fn on_ud(&mut self, sh: &Shared<'_>, io: &mut impl Io, saddr4: [u8; 4], daddr4: [u8; 4], bytes: &[u8]) {
+        let r = &self.q.rqr;
+        let next = (r.len() > 0 && self.can_recv && !self.errored).then(|| self.q.rq[r.idx(r.head)]).flatten();
+        // The receive buffer holds the GRH first; the payload must fit after it.
+        let room = next.map(|s| s.len.saturating_sub(GRH_LEN as u32));
+        let d = match ud::accept_datagram(bytes, self.qpn, self.qkey, room) {
+            Ok(d) => d,
+            Err(_) => {
+                self.counters.rx_ud_dropped += 1;
+                return;
+            }
+        };
+        let Some(slot) = next else { return };
+        let idx = self.q.rqr.idx(self.q.rqr.head);
+        let grh = grh_ipv4(saddr4, daddr4, d.payload.len());
+        let mut mem = QpMemory { sh, q: &mut self.q, pd: self.pd, access: self.access, counters: &mut self.counters };
+        let ok = mem.write_recv(idx as u64, 0, &grh).is_ok()
+            && mem.write_recv(idx as u64, GRH_LEN as u32, d.payload).is_ok();
+        let status = if ok { WcStatus::Success } else { WcStatus::LocProtErr };
+        self.q.rqr.head = self.q.rqr.head.wrapping_add(1);
+        self.q.rqr.fed = self.q.rqr.head;
+        self.q.rq[idx] = None;
+        let wc = Wc {
+            qpn: self.qpn,
+            qp_handle: 0,
+            wr_id: slot.wr_id,
+            status,
+            opcode: WcOpcode::Recv,
+            byte_len: (GRH_LEN + d.payload.len()) as u32,
+            src_qp: d.src_qpn,
+            imm: d.imm,
+            invalidated_rkey: None,
+            grh: Grh::Ipv4,
+        };
+        io.complete(true, wc, d.solicited);
+    }
+
+    /// One run of the work: timers, feeding posted work to the connection,
+    /// transmitting, completing. Returns when the work must run again: `Some(now)`
+    /// for "at once", a later instant for a timer, `None` for "when something
+    /// happens".
+    pub(crate) fn run(&mut self, sh: &Shared<'_>, io: &mut impl Io, now: Instant) -> Option<Instant> {
+        match self.ty {
+            QpType::Rc => self.run_rc(sh, io, now),
+            QpType::Ud => {
+                self.run_ud(sh, io, now);
+                None
+            }
+        }
+    }
+
+    fn run_rc(&mut self, sh: &Shared<'_>, io: &mut impl Io, now: Instant) -> Option<Instant> {
+        if !self.connected {
+            self.flush_unfed(io);
+            return None;
+        }
+        let Engine { conn, q, pd, access, counters, remote_gid, tx, .. } = self;
+        let conn = conn.as_mut()?;
+        if conn.poll_timeout().is_some_and(|t| t <= now) {
+            conn.handle_timeout(now);
+        }
+        // Hand posted work to the connection while it has room.
+        while q.sqr.fed != q.sqr.tail {
+            let Some(s) = q.sq[q.sqr.idx(q.sqr.fed)] else { break };
+            match conn.post_send(s.wr) {
+                Ok(()) => q.sqr.fed = q.sqr.fed.wrapping_add(1),
+                Err(PostError::QueueFull) => break,
+                Err(_) => {
+                    // Refused (e.g. a misaligned atomic): complete it with an error.
+                    let i = q.sqr.idx(q.sqr.fed);
+                    if let Some(slot) = q.sq[i].as_mut() {
+                        slot.done = Some(Completion {
+                            wr_id: i as u64,
+                            status: WcStatus::LocQpOpErr,
+                            opcode: WcOpcode::of(s.wr.opcode),
+                            byte_len: 0,
+                            imm: None,
+                            invalidated_rkey: None,
+                            solicited: false,
+                        });
+                    }
+                    q.sqr.fed = q.sqr.fed.wrapping_add(1);
+                }
+            }
+        }
+        while q.rqr.fed != q.rqr.tail {
+            let Some(s) = q.rq[q.rqr.idx(q.rqr.fed)] else { break };
+            let wr = RecvWr { wr_id: q.rqr.idx(q.rqr.fed) as u64, len: s.len };
+            match conn.post_recv(wr) {
+                Ok(()) => q.rqr.fed = q.rqr.fed.wrapping_add(1),
+                Err(_) => break,
+            }
+        }
+        let mut more = false;
+        {
+            let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters };
+            let mut sent = 0;
+            while let Some(t) = conn.poll_transmit(now, tx, &mut mem) {
+                let pkt = &tx[..t.len];
+                if io.transmit(remote_gid, t.src_port, t.ecn, pkt) {
+                    mem.counters.tx_packets += 1;
+                    mem.counters.tx_bytes += t.len as u64;
+                } else {
+                    mem.counters.tx_failed += 1;
+                }
+                sent += 1;
+                if sent == TX_BUDGET {
+                    more = true;
+                    break;
+                }
+            }
+        }
+        while let Some(c) = conn.poll_completion() {
+            Self::record(q, c);
+        }
+        let dead = conn.state() == proto::QpState::Error;
+        let next = conn.poll_timeout();
+        self.retire(io);
+        if dead && !self.errored {
+            self.errored = true;
+            self.can_send = false;
+        }
+        if self.errored {
+            self.flush_unfed(io);
+        }
+        if more { Some(now) } else { next }
+    }
+
+    /// Notes a connection completion in its slot (completions leave in queue order).
+    fn record(q: &mut Queues, c: Completion) {
+        let recv = c.opcode.is_recv();
+        let (depth, slots) = if recv { (q.rqr.depth, None) } else { (q.sqr.depth, Some(&mut q.sq)) };
+        let i = c.wr_id as usize;
+        if i >= depth as usize {
+            return;
+        }
+        match slots {
+            Some(sq) => {
+                if let Some(s) = sq[i].as_mut() {
+                    s.done = Some(c);
+                }
+            }
+            None => {
+                if let Some(s) = q.rq[i].as_mut() {
+                    s.done = Some(c);
+                }
+            }
+        }
+    }
+
+    /// Delivers finished work in posting order.
+    fn retire(&mut self, io: &mut impl Io) {
+        let qpn = self.qpn;
+        let q = &mut self.q;
+        while q.sqr.head != q.sqr.fed {
+            let i = q.sqr.idx(q.sqr.head);
+            let Some(s) = q.sq[i] else { break };
+            let Some(c) = s.done else { break };
+            q.sq[i] = None;
+            q.sqr.head = q.sqr.head.wrapping_add(1);
+            if s.signaled || c.status != WcStatus::Success {
+                io.complete(false, wc_of(qpn, s.wr_id, &c), false);
+            }
+        }
+        while q.rqr.head != q.rqr.fed {
+            let i = q.rqr.idx(q.rqr.head);
+            let Some(s) = q.rq[i] else { break };
+            let Some(c) = s.done else { break };
+            q.rq[i] = None;
+            q.rqr.head = q.rqr.head.wrapping_add(1);
+            io.complete(true, wc_of(qpn, s.wr_id, &c), c.solicited);
+        }
+    }
+
+    fn wc(&self, wr_id: u64, c: &Completion) -> Wc {
+        wc_of(self.qpn, wr_id, c)
+    }
+}
+
+/// A verbs completion of QP `qpn` from a connection completion.
+fn wc_of(qpn: u32, wr_id: u64, c: &Completion) -> Wc {
+    Wc {
+        qpn,
+        qp_handle: 0,
+        wr_id,
+        status: c.status,
+        opcode: c.opcode,
+        byte_len: c.byte_len,
+        src_qp: 0,
+        imm: c.imm,
+        invalidated_rkey: c.invalidated_rkey,
+        grh: Grh::None,
+    }
+}
+
+impl Engine {
+    /// In the error state, work the connection never saw completes with a flush
+    /// error (after everything it did see, which it flushed itself).
+    fn flush_unfed(&mut self, io: &mut impl Io) {
+        if !self.errored {
+            return;
+        }
+        let flush = |wr_id: u64, opcode: WcOpcode, qpn: u32| Wc {
+            qpn,
+            qp_handle: 0,
+            wr_id,
+            status: WcStatus::WrFlushErr,
+            opcode,
+            byte_len: 0,
+            src_qp: 0,
+            imm: None,
+            invalidated_rkey: None,
+            grh: Grh::None,
+        };
+        // Only once the connection's own completions are out (`head == fed`).
+        let q = &mut self.q;
+        if q.sqr.head == q.sqr.fed {
+            while q.sqr.head != q.sqr.tail {
+                let i = q.sqr.idx(q.sqr.head);
+                if let Some(s) = q.sq[i].take() {
+                    io.complete(false, flush(s.wr_id, WcOpcode::of(s.wr.opcode), self.qpn), false);
+                }
+                q.sqr.head = q.sqr.head.wrapping_add(1);
+            }
+            q.sqr.fed = q.sqr.head;
+        }
+        if q.rqr.head == q.rqr.fed {
+            while q.rqr.head != q.rqr.tail {
+                let i = q.rqr.idx(q.rqr.head);
+                if let Some(s) = q.rq[i].take() {
+                    io.complete(true, flush(s.wr_id, WcOpcode::Recv, self.qpn), false);
+                }
+                q.rqr.head = q.rqr.head.wrapping_add(1);
+            }
+            q.rqr.fed = q.rqr.head;
+        }
+    }
+
+    fn run_ud(&mut self, sh: &Shared<'_>, io: &mut impl Io, now: Instant) {
+        if self.errored {
+            self.flush_unfed(io);
+            return;
+        }
+        if !self.can_send {
+            return;
+        }
+        while self.q.sqr.head != self.q.sqr.tail {
+            let i = self.q.sqr.idx(self.q.sqr.head);
+            let Some(s) = self.q.sq[i] else { break };
+            let Some(dest) = s.ud else { break };
+            let len = s.wr.len as usize;
+            let hdr = ud_header_room();
+            let status = {
+                let Engine { q, pd, access, counters, tx, qpn, qkey, src_port, .. } = self;
+                let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters };
+                // Gather the payload behind the room the header needs, then build the
+                // datagram around it.
+                let body = &mut tx[hdr..];
+                if len > body.len() || mem.read_local(i as u64, 0, &mut body[..len]).is_err() {
+                    WcStatus::LocProtErr
+                } else {
+                    let send = ud::UdSend {
+                        dest_qpn: dest.qpn,
+                        qkey: dest.qkey,
+                        qp_qkey: *qkey,
+                        src_qpn: *qpn,
+                        imm: (s.wr.opcode == WrOpcode::SendImm).then_some(s.wr.imm),
+                        solicited: s.wr.flags & proto::WR_SOLICITED != 0,
+                        payload: &[],
+                    };
+                    emit_ud(tx, hdr, len, now, &send, dest, *src_port, io, counters)
+                }
+            };
+            self.q.sq[i] = None;
+            self.q.sqr.head = self.q.sqr.head.wrapping_add(1);
+            self.q.sqr.fed = self.q.sqr.head;
+            if s.signaled || status != WcStatus::Success {
+                let c = Completion {
+                    wr_id: 0,
+                    status,
+                    opcode: WcOpcode::Send,
+                    byte_len: len as u32,
+                    imm: None,
+                    invalidated_rkey: None,
+                    solicited: false,
+                };
+                io.complete(false, self.wc(s.wr_id, &c), false);
+            }
+        }
+    }
+}
+
+/// The GRH area of a UD receive for an IPv4 datagram: as in RoCE v2, the last 20
+/// bytes hold an IPv4 header (with a valid checksum: ib_core verifies it before it
+/// trusts the addresses, e.g. to answer a MAD via `ib_init_ah_attr_from_wc`).
+fn grh_ipv4(saddr: [u8; 4], daddr: [u8; 4], payload_len: usize) -> [u8; GRH_LEN] {
+    let mut g = [0u8; GRH_LEN];
+    let h = &mut g[20..];
+    let total = (20 + 8 + payload_len).min(0xffff) as u16;
+    h[0] = 0x45;
+    h[2..4].copy_from_slice(&total.to_be_bytes());
+    h[6] = 0x40; // don't fragment
+    h[8] = 64; // TTL
+    h[9] = 17; // UDP
+    h[12..16].copy_from_slice(&saddr);
+    h[16..20].copy_from_slice(&daddr);
+    let mut sum: u32 = h.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    g
+}
+
+/// Header bytes of a UD packet in front of its payload.
+fn ud_header_room() -> usize {
+    proto::wire::BaseRepr::LEN + proto::wire::UdRepr::LEN
+}
+
+/// Builds a UD datagram whose payload already sits at `tx[hdr..hdr + len]` and sends
+/// it. The header is emitted into a separate small buffer first so the payload does
+/// not have to be copied twice.
+#[allow(clippy::too_many_arguments)]
+fn emit_ud(
+    tx: &mut KVec<u8>,
+    hdr: usize,
+    len: usize,
+    now: Instant,
+    send: &ud::UdSend<'_>,
+    dest: UdDest,
+    src_port: u16,
+    io: &mut impl Io,
+    counters: &mut EngineCounters,
+) -> WcStatus {
+    let mut head = [0u8; 64];
+    let Some(head) = head.get_mut(..hdr) else { return WcStatus::LocQpOpErr };
+    // An empty payload yields exactly the header.
+    match ud::emit_datagram(head, now, send) {
+        Ok(n) if n == hdr => {}
+        _ => return WcStatus::LocQpOpErr,
+    }
+    tx[..hdr].copy_from_slice(head);
+    let pkt = &tx[..hdr + len];
+    // UD has one path: the QP's first source port.
+    if io.transmit(&dest.dgid, src_port, Ecn::Ect0, pkt) {
+        counters.tx_packets += 1;
+        counters.tx_bytes += pkt.len() as u64;
+    } else {
+        counters.tx_failed += 1;
+    }
+    WcStatus::Success
+}
+
+/// The connection's view of the QP's memory: posted buffers by slot, registered
+/// regions by key, with the QP's protection domain and access rights.
+struct QpMemory<'a, 'b> {
+    sh: &'a Shared<'b>,
+    q: &'a mut Queues,
+    pd: PdId,
+    access: u32,
+    counters: &'a mut EngineCounters,
+}
+
+impl QpMemory<'_, '_> {
+    /// Walks the SGEs of a slot, calling `f(sge, offset_in_sge, range_in_data)` for
+    /// each piece of `[offset, offset + len)`.
+    fn walk(
+        sges: &[Sge],
+        offset: u32,
+        len: usize,
+        mut f: impl FnMut(&Sge, u64, core::ops::Range<usize>) -> Result<(), MemError>,
+    ) -> Result<(), MemError> {
+        let mut skip = offset as u64;
+        let mut done = 0usize;
+        for s in sges {
+            if done == len {
+                break;
+            }
+            let sl = u64::from(s.length);
+            if skip >= sl {
+                skip -= sl;
+                continue;
+            }
+            let n = core::cmp::min(sl - skip, (len - done) as u64) as usize;
+            f(s, skip, done..done + n)?;
+            done += n;
+            skip = 0;
+        }
+        if done == len { Ok(()) } else { Err(MemError::Access) }
+    }
+
+    fn count<T>(&mut self, r: Result<T, MemError>) -> Result<T, MemError> {
+        if r.is_err() {
+            self.counters.access_errors += 1;
+        }
+        r
+    }
+}
+
+impl LocalMemory for QpMemory<'_, '_> {
+    fn read_local(&mut self, wr_id: u64, offset: u32, out: &mut [u8]) -> Result<(), MemError> {
+        let i = wr_id as usize;
+        let Some(s) = self.q.sq.get(i).copied().flatten() else { return Err(MemError::Access) };
+        if s.inline_len != u16::MAX {
+            let base = i * self.q.max_inline;
+            let start = base + offset as usize;
+            let end = start + out.len();
+            if end > base + s.inline_len as usize {
+                return Err(MemError::Access);
+            }
+            out.copy_from_slice(&self.q.sq_inline[start..end]);
+            return Ok(());
+        }
+        let base = i * self.q.max_send_sge;
+        let sges = &self.q.sq_sge[base..base + s.nsge as usize];
+        let (sh, pd) = (self.sh, self.pd);
+        let r = Self::walk(sges, offset, out.len(), |sge, off, range| {
+            let buf = &mut out[range];
+            sh.mrs.access(sh.keys, sge.lkey, pd, sge.addr + off, buf.len(), Need::LocalRead, |m, o| m.read(o, buf))
+        });
+        self.count(r)
+    }
+
+    fn write_local(&mut self, wr_id: u64, offset: u32, data: &[u8]) -> Result<(), MemError> {
+        let i = wr_id as usize;
+        let Some(s) = self.q.sq.get(i).copied().flatten() else { return Err(MemError::Access) };
+        let base = i * self.q.max_send_sge;
+        let sges = &self.q.sq_sge[base..base + s.nsge as usize];
+        let (sh, pd) = (self.sh, self.pd);
+        let r = Self::walk(sges, offset, data.len(), |sge, off, range| {
+            let d = &data[range];
+            sh.mrs.access(sh.keys, sge.lkey, pd, sge.addr + off, d.len(), Need::LocalWrite, |m, o| m.write(o, d))
+        });
+        self.count(r)
+    }
+}
+
+impl Responder for QpMemory<'_, '_> {
+    fn write_remote(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
+        if self.access & crate::mr::ACCESS_REMOTE_WRITE == 0 {
+            return self.count(Err(MemError::Access));
+        }
+        let r = self.sh.mrs.access(self.sh.keys, rkey, self.pd, va, data.len(), Need::RemoteWrite, |m, o| m.write(o, data));
+        self.count(r)
+    }
+
+    fn read_remote(&mut self, rkey: u32, va: u64, out: &mut [u8]) -> Result<(), MemError> {
+        if self.access & crate::mr::ACCESS_REMOTE_READ == 0 {
+            return self.count(Err(MemError::Access));
+        }
+        let r = self.sh.mrs.access(self.sh.keys, rkey, self.pd, va, out.len(), Need::RemoteRead, |m, o| m.read(o, out));
+        self.count(r)
+    }
+
+    fn atomic_remote(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
+        if self.access & crate::mr::ACCESS_REMOTE_ATOMIC == 0 {
+            return self.count(Err(MemError::Access));
+        }
+        if va & 7 != 0 {
+            return Err(MemError::Operation);
+        }
+        let mut orig = 0u64;
+        // The table lock is held across read-modify-write, so atomics on one device
+        // are atomic with respect to each other.
+        let r = self.sh.mrs.access(self.sh.keys, rkey, self.pd, va, 8, Need::RemoteAtomic, |m, o| {
+            let mut b = [0u8; 8];
+            if !m.read(o, &mut b) {
+                return false;
+            }
+            orig = u64::from_ne_bytes(b);
+            let new = match op {
+                AtomicOp::Cas { compare, swap } => if orig == compare { swap } else { orig },
+                AtomicOp::Faa { add } => orig.wrapping_add(add),
+            };
+            m.write(o, &new.to_ne_bytes())
+        });
+        self.count(r).map(|()| orig)
+    }
+
+    fn write_recv(&mut self, wr_id: u64, offset: u32, data: &[u8]) -> Result<(), MemError> {
+        let i = wr_id as usize;
+        let Some(s) = self.q.rq.get(i).copied().flatten() else { return Err(MemError::Access) };
+        let base = i * self.q.max_recv_sge;
+        let sges = &self.q.rq_sge[base..base + s.nsge as usize];
+        let (sh, pd) = (self.sh, self.pd);
+        let r = Self::walk(sges, offset, data.len(), |sge, off, range| {
+            let d = &data[range];
+            sh.mrs.access(sh.keys, sge.lkey, pd, sge.addr + off, d.len(), Need::LocalWrite, |m, o| m.write(o, d))
+        });
+        self.count(r)
+    }
+
+    fn invalidate(&mut self, _rkey: u32) -> Result<(), MemError> {
+        // Only memory windows and fast-registration MRs can be invalidated remotely;
+        // this device offers neither yet.
+        Err(MemError::Operation)
+    }
+}
+
+#[kunit_tests(rdma_metaroce_engine)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grh_carries_a_valid_ipv4_header() {
+        let g = grh_ipv4([198, 18, 0, 1], [198, 18, 0, 2], 256);
+        let h = &g[20..];
+        assert_eq!(h[0], 0x45);
+        assert_eq!(&h[12..16], &[198, 18, 0, 1]);
+        assert_eq!(&h[16..20], &[198, 18, 0, 2]);
+        // The one's-complement sum over a header with its checksum is all ones.
+        let mut sum: u32 = h.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        assert_eq!(sum, 0xffff);
+        assert!(g[..20].iter().all(|b| *b == 0));
+    }
+
+    #[test]
+    fn sge_walk_splits_ranges_across_elements() {
+        let sges = [
+            Sge { addr: 0x1000, length: 4, lkey: 1 },
+            Sge { addr: 0x2000, length: 0, lkey: 2 },
+            Sge { addr: 0x3000, length: 8, lkey: 3 },
+        ];
+        let mut seen = [(0u32, 0u64, 0usize, 0usize); 4];
+        let mut n = 0;
+        let r = QpMemory::walk(&sges, 2, 6, |s, off, range| {
+            seen[n] = (s.lkey, off, range.start, range.end);
+            n += 1;
+            Ok(())
+        });
+        assert_eq!(r, Ok(()));
+        assert_eq!(&seen[..n], &[(1, 2, 0, 2), (3, 0, 2, 6)]);
+        // Beyond the list's total length: an access error, not a short copy.
+        assert_eq!(QpMemory::walk(&sges, 10, 4, |_, _, _| Ok(())), Err(MemError::Access));
+        assert_eq!(sge_len(&sges), Ok(12));
+    }
+}

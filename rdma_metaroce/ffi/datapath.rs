@@ -1,0 +1,616 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The data path's contact with the kernel: pinned user memory ([`Umem`]), the table
+//! that routes received datagrams to QPs ([`QpTable`]), the per-QP work item that
+//! runs the [`Engine`](crate::engine::Engine), transmission, and the post/poll verbs.
+//!
+//! Concurrency: received datagrams arrive in softirq; they are only looked up (under
+//! RCU) and queued to their QP, whose work item does everything else in process
+//! context under the QP's engine lock. A QP leaves the table, then an RCU grace period
+//! passes, then its work is cancelled, before it is freed.
+
+use super::verbs::{ah_dgid, cq_of, qp_alloc_io, qp_of, srq_of};
+use super::{raw, IbDev};
+use crate::cq::Pushed;
+use crate::engine::{Io, Received, SendRequest, Sge, Shared, UdDest};
+use crate::proto::{Ecn, Instant, WrOpcode};
+use core::ffi::{c_int, c_void};
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicPtr, Ordering};
+use kernel::prelude::*;
+
+// ---------------------------------------------------------------------------------
+// Pinned user memory.
+
+/// The pinned pages of one user memory registration (owns an `ib_umem`).
+///
+/// # Invariants
+///
+/// `0` came from `mrc_umem_get` and is released exactly once, on drop.
+pub(crate) struct Umem(NonNull<raw::ib_umem>);
+
+// SAFETY: An `ib_umem` is plain data plus page references; any thread may copy
+// through it and release it.
+unsafe impl Send for Umem {}
+
+impl Umem {
+    /// Takes ownership of a pinned registration.
+    ///
+    /// # Safety
+    ///
+    /// `p` must come from `mrc_umem_get` and not be owned by anything else.
+    pub(super) unsafe fn from_raw(p: NonNull<raw::ib_umem>) -> Self {
+        Self(p)
+    }
+
+    /// Copies `out.len()` bytes from `offset` bytes into the registration; false if
+    /// not all of them exist. Never sleeps.
+    pub(crate) fn read(&self, offset: u64, out: &mut [u8]) -> bool {
+        // SAFETY: The umem is alive (type invariant); the helper copies at most
+        // `out.len()` bytes into `out` through atomic page mappings.
+        let n = unsafe { raw::mrc_umem_read(self.0.as_ptr(), offset, out.as_mut_ptr().cast(), out.len()) };
+        n == out.len()
+    }
+
+    /// Copies `data` to `offset` bytes into the registration; false if not all of it
+    /// fits. Never sleeps.
+    pub(crate) fn write(&self, offset: u64, data: &[u8]) -> bool {
+        // SAFETY: As in `read`; `data` is only read.
+        let n = unsafe { raw::mrc_umem_write(self.0.as_ptr(), offset, data.as_ptr().cast(), data.len()) };
+        n == data.len()
+    }
+}
+
+impl Drop for Umem {
+    fn drop(&mut self) {
+        // SAFETY: Owned (type invariant); released exactly once. May sleep: owners
+        // drop it outside any spinlock.
+        unsafe { raw::ib_umem_release(self.0.as_ptr()) };
+    }
+}
+
+/// Kernel virtual memory named through the DMA MR of a kernel consumer (ib_core
+/// gives every kernel PD one, as `local_dma_lkey`). A software device has no DMA
+/// device, so ib_core's DMA addresses are kernel virtual addresses
+/// (`ib_uses_virt_dma`).
+///
+/// # Invariants
+///
+/// Only created by `get_dma_mr`, which only kernel consumers can call; they promise
+/// (ib_verbs contract) that every address they post with that key is valid kernel
+/// memory for the length given, for as long as the work request is outstanding.
+pub(crate) struct KernelVa(());
+
+impl KernelVa {
+    /// See the type invariant.
+    pub(super) fn for_dma_mr() -> Self {
+        Self(())
+    }
+
+    /// Copies `out.len()` bytes from kernel address `va`.
+    pub(crate) fn read(&self, va: u64, out: &mut [u8]) -> bool {
+        // SAFETY: By the type invariant `va` names `out.len()` readable bytes.
+        unsafe { core::ptr::copy_nonoverlapping(va as usize as *const u8, out.as_mut_ptr(), out.len()) };
+        true
+    }
+
+    /// Copies `data` to kernel address `va`.
+    pub(crate) fn write(&self, va: u64, data: &[u8]) -> bool {
+        // SAFETY: By the type invariant `va` names `data.len()` writable bytes that
+        // the consumer handed to the device (a receive or READ target buffer).
+        unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), va as usize as *mut u8, data.len()) };
+        true
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// QP lookup for received datagrams.
+
+/// The live QPs of a device by QP-number slot, read locklessly from softirq.
+///
+/// # Invariants
+///
+/// A non-NULL slot points to a QP of this driver whose `create_qp` completed and
+/// whose `destroy_qp` has not yet passed its RCU grace period.
+pub(crate) struct QpTable(KVVec<AtomicPtr<raw::ib_qp>>);
+
+impl QpTable {
+    pub(crate) fn new(slots: usize) -> Result<Self> {
+        let mut v = KVVec::with_capacity(slots, GFP_KERNEL)?;
+        for _ in 0..slots {
+            v.push(AtomicPtr::new(core::ptr::null_mut()), GFP_KERNEL)?;
+        }
+        Ok(Self(v))
+    }
+
+    fn slot(qpn: u32) -> usize {
+        (qpn & (crate::qp::MAX_QP - 1)) as usize
+    }
+
+    fn publish(&self, qpn: u32, qp: *mut raw::ib_qp) {
+        if let Some(s) = self.0.get(Self::slot(qpn)) {
+            s.store(qp, Ordering::Release);
+        }
+    }
+
+    fn unpublish(&self, qpn: u32) {
+        if let Some(s) = self.0.get(Self::slot(qpn)) {
+            s.store(core::ptr::null_mut(), Ordering::Release);
+        }
+    }
+
+    /// The QP numbered exactly `qpn`, if live. Call under RCU (softirq is).
+    fn lookup(&self, qpn: u32) -> Option<*mut raw::ib_qp> {
+        let p = self.0.get(Self::slot(qpn))?.load(Ordering::Acquire);
+        // SAFETY: Non-NULL slots point to live QPs (type invariant).
+        (!p.is_null() && unsafe { (*p).qp_num } == qpn).then_some(p)
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Per-QP work.
+
+/// Creates the work context of a new QP (process context).
+///
+/// # Safety
+///
+/// `qp` must be a QP of this driver being created; it must call [`qp_stop`] before it
+/// is freed.
+pub(super) unsafe fn qp_start(qp: *mut raw::ib_qp) -> Result<*mut raw::mrc_qp_io> {
+    // SAFETY: The work calls `qp_run_cb` with `qp` until `qp_stop` cancels it.
+    let io = unsafe { raw::mrc_qp_io_new(qp.cast(), Some(qp_run_cb)) };
+    if io.is_null() {
+        return Err(ENOMEM);
+    }
+    // SAFETY: `qp` is alive; its device too.
+    let (dev, qpn) = unsafe { (IbDev::from_raw((*qp).device), (*qp).qp_num) };
+    dev.data().qp_table.publish(qpn, qp);
+    Ok(io)
+}
+
+/// Stops a QP's data path: no datagram reaches it and its work has finished.
+/// Process context (waits for an RCU grace period and for the work).
+///
+/// # Safety
+///
+/// `qp` is a QP of this driver set up by [`qp_start`] with `io`; called once.
+pub(super) unsafe fn qp_stop(qp: *mut raw::ib_qp, io: *mut raw::mrc_qp_io) {
+    // SAFETY: `qp` and its device are alive until destroy returns.
+    let (dev, qpn) = unsafe { (IbDev::from_raw((*qp).device), (*qp).qp_num) };
+    dev.data().qp_table.unpublish(qpn);
+    // SAFETY: After the grace period no receive path can still hold `qp`; then the
+    // work (the only other user of `io`) is cancelled and `io` freed.
+    unsafe {
+        raw::mrc_synchronize_rcu();
+        raw::mrc_qp_io_free(io);
+    }
+}
+
+/// Asks the QP's work to run now.
+///
+/// # Safety
+///
+/// `qp` is a live QP of this driver between `qp_start` and `qp_stop`.
+pub(super) unsafe fn qp_kick(qp: *mut raw::ib_qp) {
+    // SAFETY: Per the contract the io context is alive.
+    unsafe { raw::mrc_qp_io_kick(qp_alloc_io(qp)) };
+}
+
+/// What the work item gives the engine: transmission through the device's socket and
+/// completion into the QP's CQs.
+struct WorkIo<'a> {
+    dev: &'a IbDev,
+    qp: *mut raw::ib_qp,
+    /// CQs with a new completion whose consumer asked to be notified ([send, recv]).
+    notify: [bool; 2],
+    /// CQs that overflowed.
+    overflow: [bool; 2],
+}
+
+impl WorkIo<'_> {
+    fn cq(&self, recv: bool) -> *mut raw::ib_cq {
+        // SAFETY: The QP is alive during the work; ib_core set its CQs before
+        // `create_qp`, and a CQ outlives the QPs that use it.
+        unsafe { if recv { (*self.qp).recv_cq } else { (*self.qp).send_cq } }
+    }
+
+    /// Calls completion and error handlers (after the engine lock is released, since
+    /// kernel consumers may post from them).
+    fn fire(&self) {
+        for (i, recv) in [false, true].into_iter().enumerate() {
+            let cq = self.cq(recv);
+            if cq.is_null() {
+                continue;
+            }
+            // SAFETY: A live CQ (see `cq`).
+            unsafe {
+                if self.overflow[i] {
+                    raw::mrc_cq_event(cq, raw::ib_event_type_IB_EVENT_CQ_ERR as c_int);
+                }
+                if self.notify[i] {
+                    raw::mrc_cq_notify(cq);
+                }
+            }
+        }
+    }
+}
+
+/// The IPv4 address inside an IPv4-mapped GID (`::ffff:a.b.c.d`).
+fn ipv4_of(gid: &[u8; 16]) -> Option<[u8; 4]> {
+    let mapped = gid[..10].iter().all(|b| *b == 0) && gid[10] == 0xff && gid[11] == 0xff;
+    mapped.then(|| [gid[12], gid[13], gid[14], gid[15]])
+}
+
+impl Io for WorkIo<'_> {
+    fn transmit(&mut self, dgid: &[u8; 16], src_port: u16, ecn: Ecn, pkt: &[u8]) -> bool {
+        // IPv6 peers are not reachable yet (transmit is IPv4 only).
+        let Some(d) = ipv4_of(dgid) else { return false };
+        let tos = match ecn {
+            Ecn::NotEct => 0,
+            Ecn::Ect0 => 2,
+        };
+        // SAFETY: The device's socket is open while the device has QPs; the helper
+        // copies `pkt` into a new skb.
+        let ret = unsafe {
+            raw::mrc_udp_xmit4(
+                self.dev.sock(),
+                0,
+                u32::from_ne_bytes(d),
+                src_port,
+                self.dev.udp_port(),
+                tos,
+                pkt.as_ptr().cast(),
+                pkt.len(),
+            )
+        };
+        ret == 0
+    }
+
+    fn complete(&mut self, recv: bool, mut wc: crate::cq::Wc, solicited: bool) {
+        let cq = self.cq(recv);
+        if cq.is_null() {
+            return;
+        }
+        wc.qp_handle = self.qp as usize;
+        // SAFETY: A live CQ of this driver (see `cq`).
+        match unsafe { cq_of(cq) }.push(wc, solicited) {
+            Pushed::Stored { notify } => self.notify[usize::from(recv)] |= notify,
+            Pushed::Overflow => self.overflow[usize::from(recv)] = true,
+        }
+    }
+}
+
+fn now() -> Instant {
+    // SAFETY: No preconditions.
+    Instant(unsafe { raw::mrc_now_ns() })
+}
+
+/// Datagrams one run takes from the receive queue before transmitting (bounds the
+/// time the engine spinlock is held; the work requeues itself if more are waiting).
+const RX_BUDGET: usize = 64;
+
+/// The work item of a QP: drains received datagrams into the engine, runs it, then
+/// fires completion handlers and rearms itself.
+unsafe extern "C" fn qp_run_cb(owner: *mut c_void) {
+    let ib = owner.cast::<raw::ib_qp>();
+    // SAFETY: The work only runs between `qp_start` and `qp_stop` (which cancels it),
+    // so the QP, its device and its io context are alive.
+    let (dev, qp, io_ctx) = unsafe { (IbDev::from_raw((*ib).device), qp_of(ib), qp_alloc_io(ib)) };
+    let data = dev.data();
+    let sh = Shared { mrs: &data.mrs, keys: &data.mr_keys };
+    let mut io = WorkIo { dev, qp: ib, notify: [false; 2], overflow: [false; 2] };
+    let t = now();
+    let mut again = false;
+    // SAFETY: NULL or a live SRQ of this driver, held by ib_core while the QP exists.
+    let srq_ptr = unsafe { (*ib).srq };
+    // SAFETY: As above.
+    let srq = (!srq_ptr.is_null()).then(|| unsafe { srq_of(srq_ptr) });
+    let mut srq_limit = false;
+    let next = {
+        let mut eng = qp.engine.lock();
+        if let Some(s) = srq {
+            srq_limit |= eng.refill(s);
+        }
+        let mut n = 0;
+        loop {
+            if n == RX_BUDGET {
+                again = true;
+                break;
+            }
+            // SAFETY: `io_ctx` is alive (see above).
+            let skb = unsafe { raw::mrc_qp_io_rx_pop(io_ctx) };
+            if skb.is_null() {
+                break;
+            }
+            n += 1;
+            let (mut len, mut sport, mut ce) = (0u32, 0u16, false);
+            let (mut sa, mut da) = (0u32, 0u32);
+            // SAFETY: We own the skb, a UDP datagram the receive path queued.
+            let p = unsafe {
+                raw::mrc_skb_addrs4(skb, &mut sa, &mut da);
+                raw::mrc_skb_udp_payload(skb, &mut len, &mut sport, &mut ce)
+            };
+            if !p.is_null() {
+                // SAFETY: `len` readable bytes inside the linear skb, alive until freed.
+                let bytes = unsafe { core::slice::from_raw_parts(p, len as usize) };
+                let r = Received { bytes, src_port: sport, ce, saddr4: sa.to_ne_bytes(), daddr4: da.to_ne_bytes() };
+                eng.on_datagram(&sh, &mut io, t, &r);
+            }
+            // SAFETY: Ours to free.
+            unsafe { raw::mrc_kfree_skb(skb) };
+        }
+        if let Some(s) = srq {
+            srq_limit |= eng.refill(s);
+        }
+        let next = eng.run(&sh, &mut io, t);
+        crate::net::account(&data.counters, eng.take_counters());
+        next
+    };
+    io.fire();
+    if srq_limit {
+        // SAFETY: A live SRQ (see above).
+        unsafe { raw::mrc_srq_event(srq_ptr, raw::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED as c_int) };
+    }
+    // SAFETY: `io_ctx` is alive; kicking or arming our own work from it is allowed.
+    unsafe {
+        match next {
+            _ if again => raw::mrc_qp_io_kick(io_ctx),
+            Some(when) if when <= t => raw::mrc_qp_io_kick(io_ctx),
+            Some(when) => raw::mrc_qp_io_arm(io_ctx, (when.as_nanos() - t.as_nanos()).div_ceil(1000)),
+            None => {}
+        }
+    }
+}
+
+/// Hands a received datagram for `qpn` to its QP (softirq). Returns the skb back if
+/// no such QP is live.
+///
+/// # Safety
+///
+/// `skb` is owned by the caller; on `Ok` it is consumed.
+pub(super) unsafe fn deliver(dev: &IbDev, qpn: u32, skb: *mut raw::sk_buff) -> Result<(), *mut raw::sk_buff> {
+    let Some(qp) = dev.data().qp_table.lookup(qpn) else { return Err(skb) };
+    // SAFETY: A live QP (table invariant; we are inside the RCU read section of the
+    // UDP receive path, so `qp_stop` waits for us); its io context exists while it is
+    // in the table.
+    unsafe { raw::mrc_qp_io_rx_push(qp_alloc_io(qp), skb) };
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------
+// Posting.
+
+/// Largest inline payload (the device limit).
+const INLINE_MAX: usize = crate::qp::MAX_INLINE as usize;
+
+fn sges_of(list: *const raw::ib_sge, n: c_int, out: &mut [Sge; crate::qp::MAX_SGE as usize]) -> Result<usize> {
+    let n = usize::try_from(n).map_err(|_| EINVAL)?;
+    if n > out.len() {
+        return Err(EINVAL);
+    }
+    for (i, o) in out.iter_mut().take(n).enumerate() {
+        // SAFETY: ib_core passes `num_sge` valid entries.
+        let s = unsafe { &*list.add(i) };
+        *o = Sge { addr: s.addr, length: s.length, lkey: s.lkey };
+    }
+    Ok(n)
+}
+
+/// Copies inline data named by `sges` into `buf`: user addresses for user QPs (we
+/// run in the posting process), kernel addresses for kernel QPs.
+fn copy_inline(user: bool, sges: &[Sge], buf: &mut [u8; INLINE_MAX]) -> Result<usize> {
+    let mut at = 0usize;
+    for s in sges {
+        let n = s.length as usize;
+        let dst = buf.get_mut(at..at + n).ok_or(EINVAL)?;
+        if user {
+            // SAFETY: `dst` is writable for `n` bytes; copy_from_user checks the source.
+            let left = unsafe { raw::mrc_copy_from_user(dst.as_mut_ptr().cast(), s.addr, n) };
+            if left != 0 {
+                return Err(EFAULT);
+            }
+        } else {
+            // SAFETY: Kernel consumers pass kernel virtual addresses of `n` readable
+            // bytes for inline data (ib_verbs contract for IB_SEND_INLINE).
+            unsafe { core::ptr::copy_nonoverlapping(s.addr as usize as *const u8, dst.as_mut_ptr(), n) };
+        }
+        at += n;
+    }
+    Ok(at)
+}
+
+/// Decodes one send work request (outside the engine lock: copying inline data from
+/// user memory may fault and sleep). `sges` and `inline_buf` hold what it refers to.
+///
+/// # Safety
+///
+/// `w` is a valid send WR of the QP's type as ib_core builds them (the containing
+/// `ib_rdma_wr`/`ib_atomic_wr`/`ib_ud_wr` matches the opcode and QP type).
+unsafe fn decode_send<'a>(
+    ib: *mut raw::ib_qp,
+    w: &raw::ib_send_wr,
+    sges: &'a mut [Sge; crate::qp::MAX_SGE as usize],
+    inline_buf: &'a mut [u8; INLINE_MAX],
+) -> Result<SendRequest<'a>> {
+    let n = sges_of(w.sg_list, w.num_sge, sges)?;
+    let sges = &sges[..n];
+    let flags = w.send_flags as u32;
+    let op = match w.opcode {
+        raw::ib_wr_opcode_IB_WR_SEND => WrOpcode::Send,
+        raw::ib_wr_opcode_IB_WR_SEND_WITH_IMM => WrOpcode::SendImm,
+        raw::ib_wr_opcode_IB_WR_SEND_WITH_INV => WrOpcode::SendInv,
+        raw::ib_wr_opcode_IB_WR_RDMA_WRITE => WrOpcode::Write,
+        raw::ib_wr_opcode_IB_WR_RDMA_WRITE_WITH_IMM => WrOpcode::WriteImm,
+        raw::ib_wr_opcode_IB_WR_RDMA_READ => WrOpcode::Read,
+        raw::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP => WrOpcode::AtomicCas,
+        raw::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD => WrOpcode::AtomicFaa,
+        _ => return Err(EINVAL),
+    };
+    // SAFETY: `ex` is a plain 32-bit union.
+    let ex = unsafe { w.ex.imm_data };
+    let imm = match op {
+        WrOpcode::SendInv => ex,
+        _ => u32::from_be(ex),
+    };
+    let inline = if flags & raw::ib_send_flags_IB_SEND_INLINE as u32 != 0 {
+        // SAFETY: `ib` is alive; `uobject` tells user QPs from kernel ones.
+        let user = unsafe { !(*ib).uobject.is_null() };
+        let n = copy_inline(user, sges, inline_buf)?;
+        Some(&inline_buf[..n])
+    } else {
+        None
+    };
+    // SAFETY: `ib` is alive.
+    let ud_qp = matches!(unsafe { (*ib).qp_type }, raw::ib_qp_type_IB_QPT_UD | raw::ib_qp_type_IB_QPT_GSI);
+    let mut r = SendRequest {
+        // SAFETY: `wr_id` is the active member for verbs consumers (a kernel
+        // consumer's `wr_cqe` pointer is carried the same way, as 64 bits).
+        wr_id: unsafe { w.__bindgen_anon_1.wr_id },
+        op,
+        signaled: flags & raw::ib_send_flags_IB_SEND_SIGNALED as u32 != 0,
+        solicited: flags & raw::ib_send_flags_IB_SEND_SOLICITED as u32 != 0,
+        fence: flags & raw::ib_send_flags_IB_SEND_FENCE as u32 != 0,
+        sges,
+        inline,
+        remote_va: 0,
+        rkey: 0,
+        imm,
+        compare: 0,
+        swap_add: 0,
+        ud: None,
+    };
+    if ud_qp {
+        // SAFETY: UD send WRs are embedded in an `ib_ud_wr` (first member).
+        let u = unsafe { &*(w as *const raw::ib_send_wr).cast::<raw::ib_ud_wr>() };
+        if u.ah.is_null() {
+            return Err(EINVAL);
+        }
+        // SAFETY: A live AH of this driver (ib_core holds it for the call).
+        let dgid = unsafe { ah_dgid(u.ah) };
+        r.ud = Some(UdDest { dgid, qpn: u.remote_qpn, qkey: u.remote_qkey });
+    } else {
+        match op {
+            WrOpcode::Write | WrOpcode::WriteImm | WrOpcode::Read => {
+                // SAFETY: RDMA WRs are embedded in an `ib_rdma_wr` (first member).
+                let x = unsafe { &*(w as *const raw::ib_send_wr).cast::<raw::ib_rdma_wr>() };
+                r.remote_va = x.remote_addr;
+                r.rkey = x.rkey;
+            }
+            WrOpcode::AtomicCas | WrOpcode::AtomicFaa => {
+                // SAFETY: Atomic WRs are embedded in an `ib_atomic_wr` (first member).
+                let x = unsafe { &*(w as *const raw::ib_send_wr).cast::<raw::ib_atomic_wr>() };
+                r.remote_va = x.remote_addr;
+                r.rkey = x.rkey;
+                r.compare = x.compare_add;
+                r.swap_add = if op == WrOpcode::AtomicCas { x.swap } else { x.compare_add };
+            }
+            _ => {}
+        }
+    }
+    Ok(r)
+}
+
+pub(super) unsafe extern "C" fn post_send_cb(
+    ib: *mut raw::ib_qp,
+    wr: *const raw::ib_send_wr,
+    bad: *mut *const raw::ib_send_wr,
+) -> c_int {
+    // SAFETY: ib_core calls post ops on live QPs of this driver.
+    let qp = unsafe { qp_of(ib) };
+    let mut ret = 0;
+    {
+        let mut cur = wr;
+        let mut sges = [Sge::default(); crate::qp::MAX_SGE as usize];
+        let mut inline_buf = [0u8; INLINE_MAX];
+        while !cur.is_null() {
+            // SAFETY: A valid list of WRs built by the caller.
+            let w = unsafe { &*cur };
+            // SAFETY: As above; ib_core/uverbs build WRs matching opcode and QP type.
+            let r = unsafe { decode_send(ib, w, &mut sges, &mut inline_buf) }
+                .and_then(|req| qp.engine.lock().post_send(&req));
+            if let Err(e) = r {
+                ret = e.to_errno();
+                if !bad.is_null() {
+                    // SAFETY: Caller-provided out pointer.
+                    unsafe { *bad = cur };
+                }
+                break;
+            }
+            cur = w.next;
+        }
+    }
+    // SAFETY: Live QP.
+    unsafe { qp_kick(ib) };
+    ret
+}
+
+pub(super) unsafe extern "C" fn post_recv_cb(
+    ib: *mut raw::ib_qp,
+    wr: *const raw::ib_recv_wr,
+    bad: *mut *const raw::ib_recv_wr,
+) -> c_int {
+    // SAFETY: ib_core calls post ops on live QPs of this driver.
+    let qp = unsafe { qp_of(ib) };
+    // SAFETY: `ib` is alive. A QP on an SRQ has no receive queue of its own.
+    if unsafe { !(*ib).srq.is_null() } {
+        if !bad.is_null() {
+            // SAFETY: Caller-provided out pointer.
+            unsafe { *bad = wr };
+        }
+        return EINVAL.to_errno();
+    }
+    let mut ret = 0;
+    {
+        let mut eng = qp.engine.lock();
+        let mut cur = wr;
+        while !cur.is_null() {
+            // SAFETY: A valid list of WRs built by the caller.
+            let w = unsafe { &*cur };
+            let mut sges = [Sge::default(); crate::qp::MAX_SGE as usize];
+            let r = sges_of(w.sg_list, w.num_sge, &mut sges)
+                // SAFETY: `wr_id` is the active member for verbs consumers.
+                .and_then(|n| eng.post_recv(unsafe { w.__bindgen_anon_1.wr_id }, &sges[..n]));
+            if let Err(e) = r {
+                ret = e.to_errno();
+                if !bad.is_null() {
+                    // SAFETY: Caller-provided out pointer.
+                    unsafe { *bad = cur };
+                }
+                break;
+            }
+            cur = w.next;
+        }
+    }
+    // SAFETY: Live QP.
+    unsafe { qp_kick(ib) };
+    ret
+}
+
+pub(super) unsafe extern "C" fn post_srq_recv_cb(
+    ib: *mut raw::ib_srq,
+    wr: *const raw::ib_recv_wr,
+    bad: *mut *const raw::ib_recv_wr,
+) -> c_int {
+    // SAFETY: ib_core calls post ops on live SRQs of this driver.
+    let srq = unsafe { srq_of(ib) };
+    let mut cur = wr;
+    while !cur.is_null() {
+        // SAFETY: A valid list of WRs built by the caller.
+        let w = unsafe { &*cur };
+        let mut sges = [Sge::default(); crate::qp::MAX_SGE as usize];
+        let r = sges_of(w.sg_list, w.num_sge, &mut sges)
+            // SAFETY: `wr_id` is the active member for verbs consumers.
+            .and_then(|n| srq.post_recv(unsafe { w.__bindgen_anon_1.wr_id }, &sges[..n]));
+        if let Err(e) = r {
+            if !bad.is_null() {
+                // SAFETY: Caller-provided out pointer.
+                unsafe { *bad = cur };
+            }
+            return e.to_errno();
+        }
+        cur = w.next;
+    }
+    // Attached QPs take WQEs when their work next runs (a sender that met an empty
+    // queue retries after its RNR timer, which runs the receiver's work).
+    0
+}

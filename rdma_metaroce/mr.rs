@@ -1,0 +1,216 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Memory regions as the data path sees them: the per-device table from memory key
+//! to registration (protection domain, access rights, address range, pinned pages),
+//! and the checks every access passes before a byte moves (spec MR-9.2: key, PD,
+//! permission, bounds; any failure is an access error the core turns into a NAK or
+//! a local protection error).
+//!
+//! The table's lock is held while bytes are copied, so deregistration (which takes
+//! the entry out under the same lock before unpinning the pages) can never free
+//! memory that a copy is using.
+
+use crate::ffi::{KernelVa, Umem};
+use crate::ids::IdTable;
+use crate::proto::MemError;
+use kernel::new_spinlock;
+use kernel::prelude::*;
+use kernel::sync::SpinLock;
+
+/// `IB_ACCESS_LOCAL_WRITE`.
+pub(crate) const ACCESS_LOCAL_WRITE: u32 = 1;
+/// `IB_ACCESS_REMOTE_WRITE`.
+pub(crate) const ACCESS_REMOTE_WRITE: u32 = 2;
+/// `IB_ACCESS_REMOTE_READ`.
+pub(crate) const ACCESS_REMOTE_READ: u32 = 4;
+/// `IB_ACCESS_REMOTE_ATOMIC`.
+pub(crate) const ACCESS_REMOTE_ATOMIC: u32 = 8;
+
+/// Identity of a protection domain (the address of its `ib_pd`; compared, never
+/// dereferenced).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct PdId(pub(crate) usize);
+
+/// One registration.
+pub(crate) struct MrEntry {
+    /// The full key (slot and salt), checked on every lookup.
+    pub(crate) key: u32,
+    pub(crate) pd: PdId,
+    /// `IB_ACCESS_*` flags given at registration.
+    pub(crate) access: u32,
+    /// First virtual address the consumer uses for this region.
+    pub(crate) iova: u64,
+    pub(crate) length: u64,
+    /// Where the bytes are.
+    pub(crate) mem: Backing,
+}
+
+/// The memory behind a registration.
+pub(crate) enum Backing {
+    /// Pinned user pages, addressed by offset into the registration.
+    User(Umem),
+    /// Kernel virtual memory (the DMA MR of kernel consumers; `iova` 0, so the
+    /// offset is the kernel address).
+    Kernel(KernelVa),
+    /// Nothing reachable (tests).
+    #[allow(dead_code)]
+    None,
+}
+
+impl Backing {
+    /// Copies out of the registration at `offset`; false if not all bytes exist.
+    pub(crate) fn read(&self, offset: u64, out: &mut [u8]) -> bool {
+        match self {
+            Backing::User(u) => u.read(offset, out),
+            Backing::Kernel(k) => k.read(offset, out),
+            Backing::None => false,
+        }
+    }
+
+    /// Copies into the registration at `offset`; false if not all bytes fit.
+    pub(crate) fn write(&self, offset: u64, data: &[u8]) -> bool {
+        match self {
+            Backing::User(u) => u.write(offset, data),
+            Backing::Kernel(k) => k.write(offset, data),
+            Backing::None => false,
+        }
+    }
+}
+
+/// What an access intends to do; each needs one `IB_ACCESS_*` right (local reads
+/// need none).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Need {
+    LocalRead,
+    LocalWrite,
+    RemoteRead,
+    RemoteWrite,
+    RemoteAtomic,
+}
+
+impl Need {
+    fn right(self) -> u32 {
+        match self {
+            Need::LocalRead => 0,
+            Need::LocalWrite => ACCESS_LOCAL_WRITE,
+            Need::RemoteRead => ACCESS_REMOTE_READ,
+            Need::RemoteWrite => ACCESS_REMOTE_WRITE,
+            Need::RemoteAtomic => ACCESS_REMOTE_ATOMIC,
+        }
+    }
+}
+
+/// The byte offset of `[va, va + len)` inside `e`, if the range lies within it.
+fn offset_in(e: &MrEntry, va: u64, len: u64) -> Option<u64> {
+    let off = va.checked_sub(e.iova)?;
+    let end = off.checked_add(len)?;
+    (end <= e.length).then_some(off)
+}
+
+/// The memory regions of one device, indexed by the slot of their key.
+#[pin_data]
+pub(crate) struct MrTable {
+    /// One entry per key slot. Taken from process context only (verbs calls and the
+    /// QP work); held while copying (no sleeping: the copies map pages atomically).
+    #[pin]
+    slots: SpinLock<KVVec<Option<MrEntry>>>,
+}
+
+impl MrTable {
+    /// A table with `n` slots, allocated now so that registration never resizes it.
+    pub(crate) fn new(n: usize) -> Result<impl PinInit<Self, Error>> {
+        let mut v = KVVec::with_capacity(n, GFP_KERNEL)?;
+        for _ in 0..n {
+            v.push(None, GFP_KERNEL)?;
+        }
+        Ok(try_pin_init!(Self { slots <- new_spinlock!(v, "metaroce_mrs") }? Error))
+    }
+
+    /// Publishes a registration under its key.
+    pub(crate) fn insert(&self, keys: &IdTable, e: MrEntry) -> Result {
+        let slot = keys.slot_of(e.key).ok_or(EINVAL)?;
+        let mut s = self.slots.lock();
+        let cell = s.get_mut(slot).ok_or(EINVAL)?;
+        *cell = Some(e);
+        Ok(())
+    }
+
+    /// Takes a registration out; once this returns no access can reach it. The
+    /// caller drops it (unpinning the pages) outside the lock.
+    pub(crate) fn remove(&self, keys: &IdTable, key: u32) -> Option<MrEntry> {
+        let slot = keys.slot_of(key)?;
+        let mut s = self.slots.lock();
+        let cell = s.get_mut(slot)?;
+        if cell.as_ref().is_some_and(|e| e.key == key) {
+            cell.take()
+        } else {
+            None
+        }
+    }
+
+    /// Runs `f` on the pinned memory of `key` at the offset of `va`, after the MR-9.2
+    /// checks for an access of `len` bytes by a QP in `pd`. `f` returns whether the
+    /// copy moved every byte.
+    pub(crate) fn access(
+        &self,
+        keys: &IdTable,
+        key: u32,
+        pd: PdId,
+        va: u64,
+        len: usize,
+        need: Need,
+        f: impl FnOnce(&Backing, u64) -> bool,
+    ) -> Result<(), MemError> {
+        let slot = keys.slot_of(key).ok_or(MemError::Access)?;
+        let s = self.slots.lock();
+        let e = s.get(slot).and_then(|c| c.as_ref()).ok_or(MemError::Access)?;
+        if e.key != key || e.pd != pd || e.access & need.right() != need.right() {
+            return Err(MemError::Access);
+        }
+        let off = offset_in(e, va, len as u64).ok_or(MemError::Access)?;
+        if f(&e.mem, off) {
+            Ok(())
+        } else {
+            Err(MemError::Access)
+        }
+    }
+}
+
+#[kunit_tests(rdma_metaroce_mr)]
+mod tests {
+    use super::*;
+
+    fn entry(iova: u64, length: u64) -> MrEntry {
+        MrEntry { key: 0x100, pd: PdId(1), access: ACCESS_LOCAL_WRITE, iova, length, mem: Backing::None }
+    }
+
+    #[test]
+    fn ranges_must_lie_inside_the_region() {
+        let e = entry(0x1000, 0x100);
+        assert_eq!(offset_in(&e, 0x1000, 0x100), Some(0));
+        assert_eq!(offset_in(&e, 0x1010, 0x10), Some(0x10));
+        assert_eq!(offset_in(&e, 0x1001, 0x100), None);
+        assert_eq!(offset_in(&e, 0xfff, 1), None);
+        assert_eq!(offset_in(&e, u64::MAX, 2), None);
+    }
+
+    #[test]
+    fn access_checks_key_pd_rights_and_memory() -> Result {
+        let keys = KBox::pin_init(IdTable::new(crate::ids::Layout::Key, 16, 1, 0x5a)?, GFP_KERNEL)?;
+        let t = KBox::pin_init(MrTable::new(16)?, GFP_KERNEL)?;
+        let key = keys.alloc()?;
+        t.insert(&keys, MrEntry { key, ..entry(0x1000, 0x100) })?;
+        let ok = |_: &Backing, _: u64| true;
+        assert_eq!(t.access(&keys, key, PdId(1), 0x1000, 8, Need::LocalRead, ok), Ok(()));
+        assert_eq!(t.access(&keys, key, PdId(1), 0x1000, 8, Need::LocalWrite, ok), Ok(()));
+        assert_eq!(t.access(&keys, key, PdId(1), 0x10f9, 8, Need::LocalRead, ok), Err(MemError::Access));
+        assert_eq!(t.access(&keys, key, PdId(1), 0x1000, 8, Need::LocalRead, |_, _| false), Err(MemError::Access));
+        assert_eq!(t.access(&keys, key ^ 1, PdId(1), 0x1000, 8, Need::LocalRead, ok), Err(MemError::Access));
+        assert_eq!(t.access(&keys, key, PdId(2), 0x1000, 8, Need::LocalRead, ok), Err(MemError::Access));
+        assert_eq!(t.access(&keys, key, PdId(1), 0x1000, 8, Need::RemoteWrite, ok), Err(MemError::Access));
+        assert!(t.remove(&keys, key ^ 1).is_none());
+        assert!(t.remove(&keys, key).is_some());
+        assert!(t.remove(&keys, key).is_none());
+        Ok(())
+    }
+}
