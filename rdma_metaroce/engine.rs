@@ -106,7 +106,8 @@ pub(crate) struct Shared<'a> {
 pub(crate) struct ConnectParams {
     pub(crate) remote_qpn: u32,
     pub(crate) remote_gid: [u8; 16],
-    pub(crate) sq_psn: u32,
+    /// `None` until the consumer set it (a responder left in RTR).
+    pub(crate) sq_psn: Option<u32>,
     pub(crate) rq_psn: u32,
     /// Payload bytes per packet.
     pub(crate) mtu: u32,
@@ -326,7 +327,11 @@ impl Engine {
 
     /// The connection configuration for the verbs attributes in `p`.
     fn config_for(&self, p: &ConnectParams) -> Config {
-        let mut cfg = Config::new(self.qpn, p.remote_qpn, p.sq_psn, p.rq_psn);
+        // Spec: MR-7.1.5 — without an sq_psn, send from the QPN-derived TSN; and
+        // accept a peer that had to do the same.
+        let first = p.sq_psn.unwrap_or_else(|| proto::qpn_derived_tsn(self.qpn, p.remote_qpn));
+        let mut cfg = Config::new(self.qpn, p.remote_qpn, first, p.rq_psn);
+        cfg.accept_derived_peer_tsn = true;
         cfg.mtu = p.mtu;
         cfg.num_paths = p.num_paths;
         cfg.peer_num_paths = p.num_paths;

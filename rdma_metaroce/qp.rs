@@ -126,6 +126,9 @@ pub(crate) struct QpAttrs {
     pub(crate) max_dest_rd_atomic: u8,
     pub(crate) min_rnr_timer: u8,
     pub(crate) dest_qpn: u32,
+    /// `sq_psn` was given (it is an RTS attribute; a responder left in RTR never
+    /// gets one).
+    pub(crate) sq_psn_set: bool,
 }
 
 impl QpAttrs {
@@ -146,6 +149,7 @@ impl QpAttrs {
             max_dest_rd_atomic: 1,
             min_rnr_timer: 12,
             dest_qpn: 0,
+            sq_psn_set: false,
         }
     }
 
@@ -167,6 +171,7 @@ impl QpAttrs {
         }
         set!(state, access_flags, port, qkey, remote_gid, path_mtu, timeout, retry_cnt, rnr_retry,
              rq_psn, sq_psn, max_rd_atomic, max_dest_rd_atomic, min_rnr_timer, dest_qpn);
+        self.sq_psn_set |= u.sq_psn.is_some();
         Ok(())
     }
 }
@@ -220,7 +225,7 @@ impl Qp {
         let params = crate::engine::ConnectParams {
             remote_qpn: a.dest_qpn,
             remote_gid: a.remote_gid,
-            sq_psn: a.sq_psn,
+            sq_psn: a.sq_psn_set.then_some(a.sq_psn),
             rq_psn: a.rq_psn,
             mtu: 128 << a.path_mtu,
             num_paths,

@@ -88,6 +88,10 @@ pub struct Config {
     pub initial_tsn: u32,
     /// First TSN the peer sends.
     pub peer_initial_tsn: u32,
+    /// Also accept, until the first packet from the peer is accepted, a peer that
+    /// starts at [`qpn_derived_tsn`]`(remote_qpn, local_qpn)`: a responder-only
+    /// peer that never learnt its `sq_psn` (MR-7.1.5).
+    pub accept_derived_peer_tsn: bool,
     /// Payload bytes per packet (256..=9000).
     pub mtu: u32,
     /// Paths to spray our sends over (1..=8).
@@ -135,6 +139,7 @@ impl Config {
             remote_qpn: remote_qpn & 0x00ff_ffff,
             initial_tsn,
             peer_initial_tsn,
+            accept_derived_peer_tsn: false,
             mtu: 4096,
             num_paths: 4,
             peer_num_paths: 0,
@@ -163,6 +168,20 @@ impl Config {
         c.src_port_base = 0xC000u16.wrapping_add((local as u16).wrapping_mul(64));
         c
     }
+}
+
+/// The initial TSN of the sends of a QP that was never given one (verbs: a QP
+/// left in RTR, whose `sq_psn` is only set on the way to RTS, but which sends
+/// READ and atomic responses). Both ends can compute it from the QP numbers
+/// (MR-7.1.5). Predictable, unlike a random `sq_psn`: used only then.
+pub fn qpn_derived_tsn(sender_qpn: u32, receiver_qpn: u32) -> u32 {
+    let mut x = (u64::from(sender_qpn & 0x00ff_ffff) << 24) | u64::from(receiver_qpn & 0x00ff_ffff);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^= x >> 33;
+    x as u32
 }
 
 /// Transport state of the QP (MR-7.2.1).
@@ -1023,6 +1042,20 @@ impl Connection {
         mem: &mut M,
     ) {
         let base = pkt.base;
+        // Spec: MR-7.1.5 — a responder-only peer starts at the QPN-derived TSN;
+        // adopt it with the first packet, while nothing has been accepted.
+        if self.cfg.accept_derived_peer_tsn
+            && base.tsn.wrapping_sub(self.rcv_nxt) >= WINDOW
+            && self.rcv_nxt == self.cfg.peer_initial_tsn
+            && self.rcv_bits.is_empty()
+        {
+            let derived = qpn_derived_tsn(self.cfg.remote_qpn, self.cfg.local_qpn);
+            if base.tsn.wrapping_sub(derived) < WINDOW {
+                self.rcv_nxt = derived;
+                self.cfg.peer_initial_tsn = derived;
+                self.cfg.accept_derived_peer_tsn = false;
+            }
+        }
         // Spec: MR-5.2.1 (receive record), MR-5.2.2 and MR-4.2.2 — duplicates
         // are never placed or executed twice.
         let d = base.tsn.wrapping_sub(self.rcv_nxt);

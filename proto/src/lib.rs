@@ -107,7 +107,7 @@ pub mod wire;
 
 pub use self::cc::CcConfig;
 pub use self::connection::{
-    Config, Connection, PathInfo, PathStatus, QpState, Recovery, Stats, MAX_PATHS, WINDOW,
+    qpn_derived_tsn, Config, Connection, PathInfo, PathStatus, QpState, Recovery, Stats, MAX_PATHS, WINDOW,
 };
 pub use self::time::{Duration, Instant};
 pub use self::verbs::{

@@ -77,6 +77,7 @@ pub(super) const fn install(mut ops: raw::ib_device_ops) -> raw::ib_device_ops {
     ops.size_ib_ucontext = core::mem::size_of::<raw::ib_ucontext>();
     ops.alloc_ucontext = Some(alloc_ucontext_cb);
     ops.dealloc_ucontext = Some(dealloc_ucontext_cb);
+    ops.disassociate_ucontext = Some(disassociate_ucontext_cb);
     ops.size_ib_pd = core::mem::size_of::<raw::ib_pd>();
     ops.alloc_pd = Some(alloc_pd_cb);
     ops.dealloc_pd = Some(dealloc_pd_cb);
@@ -618,6 +619,13 @@ unsafe extern "C" fn alloc_ucontext_cb(_uctx: *mut raw::ib_ucontext, _udata: *mu
 }
 
 unsafe extern "C" fn dealloc_ucontext_cb(_uctx: *mut raw::ib_ucontext) {}
+
+/// Offering this lets ib_core unregister a device (`rdma link del`, netdev removal,
+/// rmmod) while processes still hold it open: ib_core destroys their objects through
+/// the usual destroy ops and reports a fatal device event, instead of waiting for
+/// every process to exit. Nothing of the device is mapped into processes (user ABI
+/// v1 has no mmap), so there is nothing to zap here.
+unsafe extern "C" fn disassociate_ucontext_cb(_uctx: *mut raw::ib_ucontext) {}
 
 unsafe extern "C" fn alloc_pd_cb(_pd: *mut raw::ib_pd, _udata: *mut raw::ib_udata) -> c_int {
     // A PD is only an identity that MRs, QPs and AHs are checked against; ib_core's

@@ -1,0 +1,66 @@
+//! MR-7.1.5: a responder left in RTR (no `sq_psn`) answers READs and atomics
+//! from the QPN-derived TSN, and a requester that allows it adopts that start.
+
+mod common;
+use common::VecMemory;
+use metaroce_proto::*;
+
+fn shuttle(a: &mut Connection, b: &mut Connection, ma: &mut VecMemory, mb: &mut VecMemory) {
+    let mut buf = vec![0u8; a.max_packet_len().max(b.max_packet_len())];
+    let mut now = Instant(0);
+    for _ in 0..20 {
+        while let Some(t) = a.poll_transmit(now, &mut buf, ma) {
+            b.handle_datagram(now, t.src_port, false, &buf[..t.len], mb);
+        }
+        while let Some(t) = b.poll_transmit(now, &mut buf, mb) {
+            a.handle_datagram(now, t.src_port, false, &buf[..t.len], ma);
+        }
+        now = now + Duration::from_micros(5);
+        a.handle_timeout(now);
+        b.handle_timeout(now);
+    }
+}
+
+/// Requester `a` (QPN 0x10) was told some random peer TSN; responder `b` (QPN
+/// 0x20) never got an `sq_psn` and starts at the derived TSN.
+fn pair(allow: bool) -> (Connection, Connection, VecMemory, VecMemory) {
+    let mut ca = Config::new(0x10, 0x20, 1000, 0x00ab_cdef);
+    ca.accept_derived_peer_tsn = allow;
+    ca.mtu = 1024;
+    let mut cb = Config::new(0x20, 0x10, qpn_derived_tsn(0x20, 0x10), 1000);
+    cb.mtu = 1024;
+    let (mut ma, mut mb) = (VecMemory::new(), VecMemory::new());
+    mb.add_region(0x77, 0x1000, 4096);
+    ma.set_local(1, vec![0; 3000]);
+    ma.set_local(2, vec![0; 8]);
+    (Connection::new(ca), Connection::new(cb), ma, mb)
+}
+
+#[test]
+fn requester_adopts_the_derived_tsn_of_an_rtr_only_responder() {
+    let (mut a, mut b, mut ma, mut mb) = pair(true);
+    a.post_send(SendWr::read(1, 3000, 0x1000, 0x77)).unwrap();
+    a.post_send(SendWr::faa(2, 0x1000, 0x77, 5)).unwrap();
+    shuttle(&mut a, &mut b, &mut ma, &mut mb);
+    let c1 = a.poll_completion().unwrap();
+    let c2 = a.poll_completion().unwrap();
+    assert_eq!((c1.wr_id, c1.status), (1, WcStatus::Success));
+    assert_eq!((c2.wr_id, c2.status), (2, WcStatus::Success));
+    assert_eq!(mb.region(0x77)[0], 5);
+}
+
+#[test]
+fn without_the_allowance_responses_from_elsewhere_are_not_accepted() {
+    let (mut a, mut b, mut ma, mut mb) = pair(false);
+    a.post_send(SendWr::read(1, 3000, 0x1000, 0x77)).unwrap();
+    shuttle(&mut a, &mut b, &mut ma, &mut mb);
+    assert!(a.poll_completion().map_or(true, |c| c.status != WcStatus::Success));
+}
+
+#[test]
+fn derived_tsns_differ_by_direction_and_pair() {
+    assert_ne!(qpn_derived_tsn(1, 2), qpn_derived_tsn(2, 1));
+    assert_ne!(qpn_derived_tsn(1, 2), qpn_derived_tsn(1, 3));
+    // Only the 24-bit QPNs matter.
+    assert_eq!(qpn_derived_tsn(0xff00_0001, 2), qpn_derived_tsn(1, 2));
+}
