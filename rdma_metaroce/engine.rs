@@ -128,7 +128,9 @@ pub(crate) struct EngineCounters {
     pub(crate) access_errors: u64,
     /// From the connection's statistics (deltas since the last report):
     pub(crate) retransmits: u64,
-    pub(crate) timeouts: u64,
+    pub(crate) path_timeouts: u64,
+    pub(crate) rto_timeouts: u64,
+    pub(crate) tail_probes: u64,
     pub(crate) sack_recovered: u64,
     pub(crate) rnr_naks: u64,
     pub(crate) rx_duplicates: u64,
@@ -304,7 +306,9 @@ impl Engine {
         if let Some(conn) = self.conn.as_ref().filter(|_| self.connected) {
             let (s, l) = (*conn.stats(), self.last_stats);
             c.retransmits = s.tx_retx.wrapping_sub(l.tx_retx);
-            c.timeouts = (s.path_timeouts + s.rto).wrapping_sub(l.path_timeouts + l.rto);
+            c.path_timeouts = s.path_timeouts.wrapping_sub(l.path_timeouts);
+            c.rto_timeouts = s.rto.wrapping_sub(l.rto);
+            c.tail_probes = s.tlp.wrapping_sub(l.tlp);
             c.sack_recovered = s.lost_detected.wrapping_sub(l.lost_detected);
             c.rnr_naks = s.rnr_naks.wrapping_sub(l.rnr_naks);
             c.rx_duplicates = s.rx_dup.wrapping_sub(l.rx_dup);

@@ -35,8 +35,12 @@ pub(crate) enum Counter {
     TxFailed,
     /// Data packets sent again.
     Retransmits,
-    /// Per-path and connection retransmission timeouts.
-    Timeouts,
+    /// Per-path retransmission timeouts.
+    PathTimeouts,
+    /// Connection retransmission timeouts (no progress on any path).
+    RtoTimeouts,
+    /// Tail loss probes sent.
+    TailProbes,
     /// Losses detected from selective acknowledgements and repaired.
     SackRecovered,
     /// Receiver-not-ready NAKs sent.
@@ -52,7 +56,7 @@ pub(crate) enum Counter {
 }
 
 /// Counter names as shown by `rdma statistic show link DEV/1`.
-pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 16] = [
+pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 18] = [
     c"rx_packets",
     c"rx_bytes",
     c"rx_malformed",
@@ -62,7 +66,9 @@ pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 16] = [
     c"tx_bytes",
     c"tx_failed",
     c"retransmits",
-    c"timeouts",
+    c"path_timeouts",
+    c"rto_timeouts",
+    c"tail_probes",
     c"sack_recovered",
     c"rnr_naks",
     c"rx_duplicates",
@@ -121,7 +127,9 @@ pub(crate) fn account(c: &Counters, e: EngineCounters) {
         (Counter::TxBytes, e.tx_bytes),
         (Counter::TxFailed, e.tx_failed),
         (Counter::Retransmits, e.retransmits),
-        (Counter::Timeouts, e.timeouts),
+        (Counter::PathTimeouts, e.path_timeouts),
+        (Counter::RtoTimeouts, e.rto_timeouts),
+        (Counter::TailProbes, e.tail_probes),
         (Counter::SackRecovered, e.sack_recovered),
         (Counter::RnrNaks, e.rnr_naks),
         (Counter::RxDuplicates, e.rx_duplicates),
