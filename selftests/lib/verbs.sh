@@ -1,0 +1,341 @@
+# Data-path tests shared by the *_data.sh suites: unmodified verbs programs
+# (ibv_*_pingpong, perftest, rping) between hostA and hostB (selftests/lib/net.sh),
+# first on a clean link, then under netem loss/reordering, then teardown under
+# traffic. Sourced after ktap.sh and net.sh; the suite sets:
+#   VB_TYPE        rdma link type (rxe, metaroce)
+#   VB_DEV_A/B     device names on veth0 (hostA) and veth1 (hostB). `rdma system` is in
+#                  shared netns mode, so both devices are visible in both namespaces
+#                  and each side must name its own.
+#   VB_RX_COUNTER  an `rdma statistic` port counter of received packets (driver-specific)
+#   VB_TIMEOUT     bound on every verbs process, seconds (default 60): a hang fails one
+#                  test point instead of the tier
+# shellcheck shell=bash
+
+VB_TIMEOUT=${VB_TIMEOUT:-60}
+VB_SYS=/sys/class/infiniband
+VB_ADDR_A=198.18.0.1 VB_ADDR_B=198.18.0.2
+VB_PORT=20000                         # every test pair gets its own TCP/CM port
+VB_ITERS=${VB_ITERS:-200}
+# Lossy but still making progress: RC must recover from loss and reordering.
+VB_NETEM=${VB_NETEM:-"delay 1ms reorder 10% 50% loss 1%"}
+VB_LOGDIR=${VB_LOGDIR:-${METAROCE_OUT:-/tmp}/$(basename "$0" .sh)-logs}
+mkdir -p "$VB_LOGDIR"
+
+vb_link_add() { # NS DEV NETDEV
+    ip netns exec "$1" rdma link add "$2" type "$VB_TYPE" netdev "$3"
+}
+vb_links_add() { vb_link_add hostA "$VB_DEV_A" veth0 && vb_link_add hostB "$VB_DEV_B" veth1; }
+vb_links_del() {
+    rdma link del "$VB_DEV_A" 2>/dev/null
+    rdma link del "$VB_DEV_B" 2>/dev/null
+    true
+}
+
+# vb_gid_index DEV IPV4: the index of DEV's RoCE v2 GID holding the IPv4-mapped
+# address. One grep over the table: rxe has 1024 entries, and a fork per entry
+# takes minutes under TCG.
+vb_gid_index() {
+    local dev=$1 gid f i
+    # shellcheck disable=SC2086  # split the dotted quad
+    gid=$(IFS=.; set -- $2; printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' "$1" "$2" "$3" "$4")
+    # shellcheck disable=SC2013  # sysfs paths have no spaces
+    for f in $(grep -lx "$gid" "$VB_SYS/$dev"/ports/1/gids/* 2>/dev/null); do
+        i=${f##*/}
+        if [ "$(cat "$VB_SYS/$dev/ports/1/gid_attrs/types/$i" 2>/dev/null)" = "RoCE v2" ]; then
+            echo "$i"
+            return 0
+        fi
+    done
+    return 1
+}
+vb_find_gids() {
+    VB_GID_A=$(vb_gid_index "$VB_DEV_A" "$VB_ADDR_A") && VB_GID_B=$(vb_gid_index "$VB_DEV_B" "$VB_ADDR_B")
+}
+
+vb_counter() { # DEV NAME: a port counter; rxe prints one per line, metaroce one line
+    rdma statistic show link "$1/1" | awk -v n="$2" '{for (i = 1; i < NF; i++) if ($i == n) print $(i + 1)}'
+}
+vb_counter_above() { local v; v=$(vb_counter "$1" "$2"); [ -n "$v" ] && [ "$v" -gt "$3" ]; }
+# Kernel QPs (the GSI QP of ib_core's MAD layer) stay; anything else on the two
+# devices belongs to a process.
+vb_no_user_qps() {
+    local left
+    left=$(rdma resource show qp | grep -E "^link ($VB_DEV_A|$VB_DEV_B)/1 " | grep -vE 'type (GSI|SMI)')
+    [ -z "$left" ] || { echo "$left"; return 1; }
+}
+
+vb_tcp_listening() { [ -n "$(ip netns exec "$1" ss -Hltn "sport = :$2")" ]; }
+# rdma_cm listeners are invisible to ss; rdma resource lists them per device.
+vb_cm_listening() { rdma resource show cm_id | grep -q "state LISTEN .*src-addr $1:$2 "; }
+
+# _vb_await PID COND...: poll COND until it holds; give up as soon as PID (the
+# server) has exited, or after 30 s (process start-up is slow under TCG).
+_vb_await() {
+    local pid=$1 deadline=$(( $(date +%s) + 30 )); shift
+    until "$@" >/dev/null 2>&1; do
+        kill -0 "$pid" 2>/dev/null || return 1
+        [ "$(date +%s)" -lt "$deadline" ] || return 1
+        sleep 0.1
+    done
+}
+
+_vb_log() { # SLUG -> log path prefix for the next test point
+    echo "$VB_LOGDIR/$(printf '%02d' $((KTAP_N + 1)))-$(echo "$1" | tr -c 'A-Za-z0-9_.\n-' '_')"
+}
+_vb_tails() { # LOG-PREFIX: the end of each output, without perftest's banner
+    local f n
+    for f in "$1".server "$1".server.err "$1".client "$1".client.err; do
+        [ -s "$f" ] || continue
+        n=3; [ "${f%.err}" = "$f" ] || n=6
+        ktap_diag "  ${f#"$1".} (${f}):"
+        grep -vE '^ *(local|remote) address|^ GID:|^-+$| : |^ *#bytes|^\*+$|^$' "$f" | tail -n $n | sed 's/^/#     /'
+    done
+}
+# _vb_pair DESC VERIFY LISTEN-COND... : runs "${VB_SRV[@]}" in hostB, waits until
+# LISTEN-COND holds, runs "${VB_CLI[@]}" in hostA; both bounded by VB_PAIR_TIMEOUT
+# (default VB_TIMEOUT). The test point passes if both exit 0 and VERIFY LOG-PREFIX
+# accepts their output. stdout and stderr go to separate files (LOG.client,
+# LOG.client.err): the programs' unbuffered stderr would otherwise land inside
+# their block-buffered stdout lines.
+_vb_pair() {
+    local desc=$1 verify=$2 log spid src crc tmo=${VB_PAIR_TIMEOUT:-$VB_TIMEOUT}; shift 2
+    log=$(_vb_log "$desc")
+    timeout -k 5 "$tmo" ip netns exec hostB "${VB_SRV[@]}" > "$log.server" 2> "$log.server.err" &
+    spid=$!
+    if ! _vb_await "$spid" "$@"; then
+        kill "$spid" 2>/dev/null; wait "$spid"
+        ktap_fail "$desc (the server never listened)"
+        _vb_tails "$log"
+        return 1
+    fi
+    timeout -k 5 "$tmo" ip netns exec hostA "${VB_CLI[@]}" > "$log.client" 2> "$log.client.err"
+    crc=$?
+    wait "$spid"; src=$?
+    if [ $crc = 0 ] && [ $src = 0 ] && "$verify" "$log"; then
+        ktap_pass "$desc"
+        [ -z "${VB_SUMMARY:-}" ] || ktap_diag "  $VB_SUMMARY"
+        return 0
+    fi
+    local why="client exit $crc, server exit $src"
+    { [ $crc = 124 ] || [ $src = 124 ]; } && why="$why; timed out after ${tmo}s"
+    ktap_fail "$desc ($why)"
+    [ -z "${VB_WHY:-}" ] || ktap_diag "  $VB_WHY"
+    _vb_tails "$log"
+    return 1
+}
+
+# --- the programs ---------------------------------------------------------------------
+
+# ibv_{rc,ud,srq}_pingpong -c: the receiver checks every message's contents and
+# prints "invalid data" on a mismatch (without failing), so the output is checked too.
+_vb_pingpong_ok() {
+    VB_WHY='' VB_SUMMARY=''
+    if grep -q 'invalid data' "$1".server.err "$1".client.err; then
+        VB_WHY="data mismatch: $(grep -h 'invalid data' "$1".client.err "$1".server.err | head -n 1)"; return 1
+    fi
+    if ! grep -q "^$VB_ITERS iters in" "$1".server || ! grep -q "^$VB_ITERS iters in" "$1".client; then
+        VB_WHY="no '$VB_ITERS iters in' summary"; return 1
+    fi
+    VB_SUMMARY=$(grep -h "^$VB_ITERS iters in" "$1".client)
+}
+vb_pingpong() { # DESC-SUFFIX TOOL [ARGS...]
+    local sfx=$1 tool=$2 port=$((VB_PORT += 1)); shift 2
+    VB_SRV=("$tool" -d "$VB_DEV_B" -g "$VB_GID_B" -p "$port" -n "$VB_ITERS" -c "$@")
+    VB_CLI=("$tool" -d "$VB_DEV_A" -g "$VB_GID_A" -p "$port" -n "$VB_ITERS" -c "$@" "$VB_ADDR_B")
+    _vb_pair "$tool -c${*:+ $*}$sfx" _vb_pingpong_ok vb_tcp_listening hostB "$port"
+}
+
+# perftest: the client's result row (after the "#bytes" header) must report every
+# iteration (per QP) and a non-zero bandwidth or latency. perftest converts cycles to
+# time with a CPU clock it calibrates at start; under emulation on a loaded host the
+# calibration can fail ("Correlation coefficient r^2 ... < 0.9") and every rate then
+# prints as 0: the run itself completed, only its rate is unknown.
+_vb_perf_expect=0
+_vb_perf_ok() {
+    local row
+    VB_WHY='' VB_SUMMARY=''
+    row=$(awk '/^ *#bytes/ {h = 1; next} h && NF >= 4 {print; exit}' "$1".client)
+    [ -n "$row" ] || { VB_WHY="no result row"; return 1; }
+    VB_SUMMARY="result: $(echo "$row" | tr -s ' \t' ' ')"
+    # shellcheck disable=SC2086
+    set -- $row
+    [ "$2" = "$_vb_perf_expect" ] || { VB_WHY="$2 iterations reported, expected $_vb_perf_expect"; return 1; }
+    awk -v v="$4" 'BEGIN {exit !(v + 0 > 0)}' && return 0
+    if grep -q 'Correlation coefficient' "$1".client "$1".client.err; then
+        VB_SUMMARY="$VB_SUMMARY (rate not measured: perftest's CPU clock calibration failed under emulation)"
+        return 0
+    fi
+    VB_WHY="zero result: $row"; return 1
+}
+vb_perftest() { # DESC-SUFFIX TOOL [ARGS...]  (-q N in ARGS multiplies the iterations)
+    local sfx=$1 tool=$2 port=$((VB_PORT += 1)) q=1 a prev=; shift 2
+    for a in "$@"; do [ "$prev" = -q ] && q=$a; prev=$a; done
+    _vb_perf_expect=$((VB_ITERS * q))
+    VB_SRV=("$tool" -d "$VB_DEV_B" -x "$VB_GID_B" -p "$port" -n "$VB_ITERS" -F "$@")
+    VB_CLI=("$tool" -d "$VB_DEV_A" -x "$VB_GID_A" -p "$port" -n "$VB_ITERS" -F "$@" "$VB_ADDR_B")
+    _vb_pair "$tool -n $VB_ITERS${*:+ $*}$sfx" _vb_perf_ok vb_tcp_listening hostB "$port"
+}
+
+# rping -V validates each round trip (server RDMA-reads the client's buffer, writes it
+# back); -v prints it, and every printed line must be exactly the pattern rping wrote:
+# "rdma-ping-N: " then letters from 'A'+N mod 58 cycling through 'A'..'z', 63 bytes.
+VB_RPING_COUNT=${VB_RPING_COUNT:-1000}
+_vb_rping_expect() {
+    awk -v n="$VB_RPING_COUNT" -v pfx="$1" 'BEGIN {
+        for (p = 0; p < n; p++) {
+            s = "rdma-ping-" p ": "; c = 65 + p % 58
+            while (length(s) < 63) { s = s sprintf("%c", c); if (++c > 122) c = 65 }
+            print pfx s
+        } }'
+}
+_vb_rping_ok() {
+    VB_WHY='' VB_SUMMARY=''
+    if ! cmp -s <(grep '^ping data: ' "$1".client) <(_vb_rping_expect 'ping data: '); then
+        VB_WHY="client: $(grep -c '^ping data: ' "$1".client) ping lines, first difference: $(diff <(grep '^ping data: ' "$1".client) <(_vb_rping_expect 'ping data: ') | head -n 3 | tr '\n' ' ')"
+        return 1
+    fi
+    if ! cmp -s <(grep '^server ping data: ' "$1".server) <(_vb_rping_expect 'server ping data: '); then
+        VB_WHY="server: $(grep -c '^server ping data: ' "$1".server) ping lines differ from the pattern"
+        return 1
+    fi
+    VB_SUMMARY="$VB_RPING_COUNT ping payloads verified on both sides"
+}
+vb_rping() { # DESC-SUFFIX
+    local port=$((VB_PORT += 1))
+    VB_SRV=(rping -s -v -V -C "$VB_RPING_COUNT" -a "$VB_ADDR_B" -p "$port")
+    VB_CLI=(rping -c -v -V -C "$VB_RPING_COUNT" -a "$VB_ADDR_B" -p "$port")
+    VB_PAIR_TIMEOUT=${VB_RPING_TIMEOUT:-$VB_TIMEOUT} \
+        _vb_pair "rping -c -v -V -C $VB_RPING_COUNT (rdma_cm; payloads checked)$1" _vb_rping_ok vb_cm_listening "$VB_ADDR_B" "$port"
+}
+
+# One full round of programs. UD has no retransmission: under loss a dropped datagram
+# stalls ping-pong forever by design, so under netem UD runs with delay and reordering
+# but no loss (VB_UD_HOOK switches netem for it).
+vb_round() { # DESC-SUFFIX
+    local sfx=$1 t
+    vb_pingpong "$sfx" ibv_rc_pingpong
+    ${VB_UD_BEFORE:-true}
+    vb_pingpong "${VB_UD_SFX:-$sfx}" ibv_ud_pingpong -s 1024   # UD payload fits the 1024-byte MTU
+    ${VB_UD_AFTER:-true}
+    vb_pingpong "$sfx" ibv_srq_pingpong
+    for t in ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw; do
+        vb_perftest "$sfx" "$t"
+        vb_perftest "$sfx" "$t" -q 4 --report_gbits
+    done
+    for t in ib_send_lat ib_write_lat ib_read_lat; do
+        vb_perftest "$sfx" "$t"
+    done
+    vb_rping "$sfx"
+}
+
+vb_netem() { # add|change|del [NETEM-ARGS...]
+    local op=$1; shift
+    tc -n hostA qdisc "$op" dev veth0 root ${1:+netem} "$@" &&
+        tc -n hostB qdisc "$op" dev veth1 root ${1:+netem} "$@"
+}
+vb_netem_dropped() { # NS DEV -> packets netem dropped
+    tc -s -n "$1" qdisc show dev "$2" | grep -o 'dropped [0-9]*' | head -n 1 | cut -d' ' -f2
+}
+
+# Start ib_write_bw between the devices and return once VB_DEV_B's receive counter
+# shows the RDMA traffic flowing (not just the TCP exchange of QP numbers).
+# Sets VB_SPID (server, bounded by timeout), VB_CPID (client, the program itself so
+# that it can be killed), VB_LOGP.
+_vb_start_write_bw() { # DESC CLIENT-WRAPPER ARGS...
+    local desc=$1 wrap=$2 port=$((VB_PORT += 1)) base; shift 2
+    VB_LOGP=$(_vb_log "$desc")
+    base=$(vb_counter "$VB_DEV_B" "$VB_RX_COUNTER")
+    timeout -k 5 "$VB_TIMEOUT" ip netns exec hostB ib_write_bw -d "$VB_DEV_B" -x "$VB_GID_B" -p "$port" -F "$@" \
+        > "$VB_LOGP.server" 2> "$VB_LOGP.server.err" &
+    VB_SPID=$!
+    if ! _vb_await "$VB_SPID" vb_tcp_listening hostB "$port"; then
+        kill "$VB_SPID" 2>/dev/null; VB_CPID=; return 1
+    fi
+    $wrap ip netns exec hostA ib_write_bw -d "$VB_DEV_A" -x "$VB_GID_A" -p "$port" -F "$@" "$VB_ADDR_B" \
+        > "$VB_LOGP.client" 2> "$VB_LOGP.client.err" &
+    VB_CPID=$!
+    # 200 packets: well past the handful a connection exchanges before data moves.
+    wait_for 30 vb_counter_above "$VB_DEV_B" "$VB_RX_COUNTER" "$(( ${base:-0} + 200 ))"
+}
+_vb_exited_by_itself() { [ "$1" != 124 ] && [ "$1" != 137 ]; }
+_vb_exercised() { [ "$VB_FLOWING" = 1 ] || { echo "no RDMA traffic flowed: not exercised"; return 1; }; }
+
+# _vb_traffic DESC WRAP ARGS...: one test point for "_vb_start_write_bw started".
+# VB_FLOWING records the outcome: without traffic the "mid-transfer" and "under
+# traffic" points below were not exercised and fail rather than pass vacuously.
+_vb_traffic() {
+    local desc=$1
+    VB_FLOWING=0
+    if _vb_start_write_bw "$@"; then VB_FLOWING=1; ktap_pass "$desc"; return 0; fi
+    ktap_fail "$desc (no growth within 30 s)"
+    _vb_tails "$VB_LOGP"
+    return 1
+}
+
+# A client SIGKILLed mid-transfer: the server notices through its TCP control socket
+# and exits; the kernel destroys both sides' QPs; the devices keep working.
+vb_killed_mid_transfer() {
+    local crc=none src
+    _vb_traffic "ib_write_bw -n 1000000 moves data: $VB_DEV_B's $VB_RX_COUNTER grows" "" -n 1000000
+    # Killed whether or not the traffic started: nothing may outlive the test point.
+    # (wait's stderr: bash would print its "Killed" job notice into the TAP stream)
+    if [ -n "$VB_CPID" ]; then kill -KILL "$VB_CPID" 2>/dev/null; wait "$VB_CPID" 2>/dev/null; crc=$?; fi
+    wait "$VB_SPID" 2>/dev/null; src=$?
+    check "client SIGKILLed mid-transfer (exit $crc); the server notices and exits by itself (exit $src, not the ${VB_TIMEOUT}s timeout)" \
+        eval "_vb_exercised && _vb_exited_by_itself $src"
+    check "no QPs left on $VB_DEV_A or $VB_DEV_B once both processes are gone (rdma resource show qp)" \
+        wait_for 10 vb_no_user_qps
+    vb_pingpong " (after the killed transfer)" ibv_rc_pingpong
+}
+
+# `rdma link del` of the client's device under traffic: the deletion completes (rxe
+# waits for the device's user contexts to close; a driver with disassociate may tear
+# them down at once), both programs end within their bound, nothing is left on the
+# peer, and the re-added device carries traffic again.
+vb_link_del_under_traffic() {
+    local crc=none src
+    _vb_traffic "ib_write_bw -D 10 moves data: $VB_DEV_B's $VB_RX_COUNTER grows" "timeout -k 5 $VB_TIMEOUT" -D 10
+    check "rdma link del $VB_DEV_A under traffic returns within ${VB_TIMEOUT}s" \
+        eval "timeout -k 5 $VB_TIMEOUT ip netns exec hostA rdma link del $VB_DEV_A && _vb_exercised"
+    check "$VB_DEV_A is unregistered" wait_for 10 test ! -e "$VB_SYS/$VB_DEV_A"
+    if [ -n "$VB_CPID" ]; then wait "$VB_CPID" 2>/dev/null; crc=$?; fi
+    wait "$VB_SPID" 2>/dev/null; src=$?
+    check "both programs end within ${VB_TIMEOUT}s (client exit $crc, server exit $src)" \
+        eval "_vb_exited_by_itself $crc && _vb_exited_by_itself $src"
+    check "no QPs left on $VB_DEV_B" wait_for 10 vb_no_user_qps
+    check "rdma link add $VB_DEV_A again; its RoCE v2 GID for $VB_ADDR_A returns" \
+        eval "vb_link_add hostA $VB_DEV_A veth0 && wait_for 10 vb_find_gids"
+    vb_find_gids
+    vb_pingpong " (on the re-added $VB_DEV_A)" ibv_rc_pingpong
+}
+
+# The whole suite, after the caller loaded its driver. Ends with ktap_finish's status.
+vb_suite() {
+    ktap_diag "$VB_TYPE: $VB_DEV_A on veth0 ($VB_ADDR_A, hostA) <-> $VB_DEV_B on veth1 ($VB_ADDR_B, hostB); logs in $VB_LOGDIR"
+    mk_hosts
+    check "rdma link add $VB_DEV_A (hostA, veth0) and $VB_DEV_B (hostB, veth1), type $VB_TYPE" vb_links_add
+    check "both devices have a RoCE v2 GID for their IPv4 address" wait_for 10 vb_find_gids
+    vb_find_gids
+    ktap_diag "GID index: $VB_DEV_A $VB_GID_A, $VB_DEV_B $VB_GID_B"
+
+    vb_round ""
+
+    # shellcheck disable=SC2086  # netem arguments are words
+    check "netem on veth0 and veth1: $VB_NETEM" vb_netem add $VB_NETEM
+    local lossless=${VB_NETEM//loss 1%/}
+    # rping connects through rdma_cm, whose QPs get a local ACK timeout of about 1 s
+    # (CMA_IBOE_PACKET_LIFETIME): a RoCE device such as rxe stalls ~1 s per lost packet,
+    # and 1000 pings (about 8000 packets) lose ~80 at 1%.
+    VB_UD_BEFORE="vb_netem change $lossless" VB_UD_AFTER="vb_netem change $VB_NETEM" \
+        VB_UD_SFX=" under netem $lossless(no loss: UD does not retransmit)" \
+        VB_RPING_TIMEOUT=${VB_RPING_LOSSY_TIMEOUT:-240} \
+        vb_round " under netem $VB_NETEM"
+    local da db
+    da=$(vb_netem_dropped hostA veth0) db=$(vb_netem_dropped hostB veth1)
+    check "netem dropped packets in both directions during the lossy round (veth0 $da, veth1 $db)" \
+        test "${da:-0}" -gt 0 -a "${db:-0}" -gt 0
+    check "netem removed" vb_netem del
+
+    vb_killed_mid_transfer
+    vb_link_del_under_traffic
+}
