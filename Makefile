@@ -75,4 +75,10 @@ vm-shell:
 deb:
 	$(REPO)/packaging/build-debs
 
+# TCP vs rdma_rxe vs MetaRoCE side by side in one VM boot (tools/bench); the table is
+# printed and saved as out/bench-<date>/bench.txt, with bench.json and bench.csv.
+.PHONY: bench
+bench:
+	$(REPO)/tools/bench
+
 endif
