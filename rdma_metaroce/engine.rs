@@ -116,6 +116,8 @@ pub(crate) struct ConnectParams {
     pub(crate) retry_cnt: u8,
     pub(crate) rnr_retry: u8,
     pub(crate) min_rnr_timer: u8,
+    /// Congestion control's queueing-delay target (ns).
+    pub(crate) cc_target_delay_ns: u32,
 }
 
 /// Counters the engine adds to (drained into the device's counters by the caller).
@@ -353,6 +355,9 @@ impl Engine {
         cfg.min_path_rto = Duration::from_millis(10);
         cfg.min_rto = Duration::from_millis(50);
         cfg.max_rto = Duration::from_millis(500);
+        // Host scheduling adds milliseconds of delay that is not network queueing;
+        // the module parameter sets what counts as congestion (ECN is unaffected).
+        cfg.cc.target_qdelay_ns = p.cc_target_delay_ns;
         cfg
     }
 

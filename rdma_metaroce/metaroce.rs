@@ -42,6 +42,10 @@ module! {
             default: 4,
             description: "Paths (UDP source ports) each connection sprays over, 1..8",
         },
+        cc_target_delay_us: u32 {
+            default: 1000,
+            description: "Queueing delay (us) above the path's minimum RTT that congestion control reads as congestion, 1..100000",
+        },
     },
 }
 
@@ -66,6 +70,11 @@ impl kernel::Module for MetaRoce {
         let paths = *module_parameters::num_paths.value();
         if port == 0 || port == ROCEV2_UDP_PORT {
             pr_err!("udp_port={} is not allowed (0 and {} are reserved)\n", port, ROCEV2_UDP_PORT);
+            return Err(EINVAL);
+        }
+        let target = *module_parameters::cc_target_delay_us.value();
+        if target == 0 || target > 100_000 {
+            pr_err!("cc_target_delay_us={} is out of range 1..100000\n", target);
             return Err(EINVAL);
         }
         if paths == 0 || paths > MAX_PATHS {

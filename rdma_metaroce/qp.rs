@@ -214,8 +214,8 @@ impl Qp {
     }
 
     /// Applies a `modify_qp` whose transition ib_core accepted, to the attributes and
-    /// then to the data path (`num_paths`: the module's paths per connection).
-    pub(crate) fn modify(&self, u: &QpUpdate, num_paths: u8) -> Result {
+    /// then to the data path (`num_paths`, `cc_target_delay_us`: module parameters).
+    pub(crate) fn modify(&self, u: &QpUpdate, num_paths: u8, cc_target_delay_us: u32) -> Result {
         let mut attrs = self.attrs.lock();
         let before = attrs.state;
         attrs.apply(u)?;
@@ -233,6 +233,7 @@ impl Qp {
             retry_cnt: a.retry_cnt,
             rnr_retry: a.rnr_retry,
             min_rnr_timer: a.min_rnr_timer,
+            cc_target_delay_ns: cc_target_delay_us.saturating_mul(1000),
         };
         match u.state {
             Some(QpState::Reset) => eng.to_reset(),

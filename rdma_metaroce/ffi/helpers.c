@@ -15,6 +15,8 @@
 #include <linux/workqueue.h>
 #include <linux/scatterlist.h>
 #include <linux/uaccess.h>
+#include <rdma/rdma_netlink.h>
+#include <uapi/rdma/rdma_netlink.h>
 #include "helpers.h"
 
 struct ib_device *mrc_ib_alloc_device(size_t size, struct net_device *ndev)
@@ -360,4 +362,17 @@ void mrc_srq_event(struct ib_srq *srq, int event)
 	ev.element.srq = srq;
 	ev.event = event;
 	srq->event_handler(&ev, srq->srq_context);
+}
+
+void *mrc_nl_driver_table_start(struct sk_buff *msg)
+{
+	return nla_nest_start_noflag(msg, RDMA_NLDEV_ATTR_DRIVER);
+}
+
+void mrc_nl_driver_table_end(struct sk_buff *msg, void *table, bool ok)
+{
+	if (ok)
+		nla_nest_end(msg, table);
+	else
+		nla_nest_cancel(msg, table);
 }

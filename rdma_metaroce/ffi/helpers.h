@@ -72,6 +72,11 @@ const u8 *mrc_skb_udp_payload(struct sk_buff *skb, unsigned int *len, u16 *sport
 void mrc_kfree_skb(struct sk_buff *skb);
 /* Reports `event` (enum ib_event_type) on the SRQ through its event handler. */
 void mrc_srq_event(struct ib_srq *srq, int event);
+/* nla_nest_start(msg, RDMA_NLDEV_ATTR_DRIVER): opens the driver-details table of a
+ * restrack entry; NULL when the message is full. */
+void *mrc_nl_driver_table_start(struct sk_buff *msg);
+/* nla_nest_end() / nla_nest_cancel() of that table. */
+void mrc_nl_driver_table_end(struct sk_buff *msg, void *table, bool ok);
 
 #endif
 

@@ -520,7 +520,8 @@ unsafe extern "C" fn modify_qp_cb(
         dest_qpn: opt(raw::ib_qp_attr_mask_IB_QP_DEST_QPN).then_some(a.dest_qp_num),
     };
     let paths = *crate::module_parameters::num_paths.value() as u8;
-    let ret = match qp.modify(&u, paths) {
+    let target = *crate::module_parameters::cc_target_delay_us.value();
+    let ret = match qp.modify(&u, paths, target) {
         Ok(()) => 0,
         Err(e) => e.to_errno(),
     };
@@ -569,13 +570,20 @@ unsafe extern "C" fn query_qp_cb(
 unsafe extern "C" fn fill_res_qp_entry_cb(msg: *mut raw::sk_buff, ib: *mut raw::ib_qp) -> c_int {
     // SAFETY: ib_core's resource tracking calls this on live QPs of this driver.
     let qp = unsafe { qp(ib) };
+    // SAFETY: `msg` is the netlink message being built.
+    let table = unsafe { raw::mrc_nl_driver_table_start(msg) };
+    if table.is_null() {
+        return -(raw::EMSGSIZE as c_int);
+    }
     let mut ret = 0;
     qp.engine.lock().describe(|name, v| {
         if ret == 0 {
-            // SAFETY: `msg` is the netlink message being built; `name` is static.
+            // SAFETY: `msg` is the message being built; `name` is static.
             ret = unsafe { raw::rdma_nl_put_driver_u64(msg, name.as_ptr(), v) };
         }
     });
+    // SAFETY: Closes (or on error, removes) the table opened above.
+    unsafe { raw::mrc_nl_driver_table_end(msg, table, ret == 0) };
     ret
 }
 

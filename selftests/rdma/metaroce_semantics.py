@@ -1,0 +1,227 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Verbs semantics over MetaRoCE, checked through pyverbs: one process drives an RC
+QP on each of two devices (mrc0 in hostA, mrc1 in hostB; packets cross the veth
+pair) and prints TAP lines. Usage: metaroce_semantics.py GID-INDEX-A GID-INDEX-B"""
+import errno
+import subprocess
+import sys
+import time
+
+import pyverbs.device as d
+from pyverbs.addr import AHAttr, GlobalRoute
+from pyverbs.cq import CQ
+from pyverbs.mr import MR
+from pyverbs.pd import PD
+from pyverbs.pyverbs_error import PyverbsRDMAError
+from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.wr import SGE, RecvWR, SendWR
+from pyverbs_compat import e
+
+GA, GB = int(sys.argv[1]), int(sys.argv[2])
+N = 0
+FAILED = 0
+
+
+def tap(ok, desc, why=''):
+    global N, FAILED
+    N += 1
+    if not ok:
+        FAILED += 1
+    print(('ok' if ok else 'not ok'), N, desc)
+    if why and not ok:
+        print('#  ', show(why))
+    sys.stdout.flush()
+
+
+def show(x):
+    """Completions as their fields, for failure reports."""
+    if isinstance(x, list):
+        return '; '.join(show(w) for w in x) or 'no completion'
+    if hasattr(x, 'wr_id') and hasattr(x, 'status'):
+        return ('wr_id=%d status=%d opcode=%d len=%d imm=%#x flags=%#x qp=%#x'
+                % (x.wr_id, x.status, x.opcode, x.byte_len, x.imm_data, x.wc_flags, x.qp_num))
+    return str(x)
+
+
+ALL = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE |
+       e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_ATOMIC)
+
+
+class End:
+    def __init__(self, name, gid_index):
+        self.ctx = d.Context(name=name)
+        self.pd = PD(self.ctx)
+        self.cq = CQ(self.ctx, 64)
+        cap = QPCap(max_send_wr=16, max_recv_wr=16, max_send_sge=2, max_recv_sge=2,
+                    max_inline_data=64)
+        self.qp = QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq,
+                                          cap=cap, sq_sig_all=0))
+        self.mr = MR(self.pd, 4096, ALL)
+        # A region the peer may read but not write.
+        self.ro = MR(self.pd, 4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_READ)
+        self.gid_index = gid_index
+        self.gid = self.ctx.query_gid(1, gid_index)
+        self.psn = 0x123 if name == 'mrc0' else 0x456
+
+    def connect(self, peer):
+        a = QPAttr(path_mtu=e.IBV_MTU_1024)
+        a.qp_access_flags = ALL
+        a.dest_qp_num = peer.qp.qp_num
+        # Each end sends from its own PSN; the peer expects exactly that.
+        a.sq_psn = self.psn
+        a.rq_psn = peer.psn
+        a.max_dest_rd_atomic = 4
+        a.max_rd_atomic = 4
+        a.min_rnr_timer = 1
+        a.timeout = 14
+        a.retry_cnt = 7
+        a.rnr_retry = 7
+        gr = GlobalRoute(dgid=peer.gid, sgid_index=self.gid_index, hop_limit=64)
+        a.ah_attr = AHAttr(gr=gr, is_global=1, port_num=1)
+        self.qp.to_rts(a)
+
+    def poll(self, n=1, timeout=10.0):
+        got = []
+        end = time.monotonic() + timeout
+        while len(got) < n and time.monotonic() < end:
+            k, wcs = self.cq.poll(n - len(got))
+            got += wcs[:k]
+        return got
+
+
+def sge(mr, off, length):
+    return SGE(mr.buf + off, length, mr.lkey)
+
+
+def counter(dev, name):
+    out = subprocess.run(['rdma', 'statistic', 'show', 'link', dev + '/1'],
+                         capture_output=True, text=True).stdout.split()
+    return int(out[out.index(name) + 1])
+
+
+a, b = End('mrc0', GA), End('mrc1', GB)
+a.connect(b)
+b.connect(a)
+
+# SEND with immediate data: the receiver gets the bytes, the length and the value.
+b.mr.write(b'\0' * 64, 64, 0)
+b.qp.post_recv(RecvWR(wr_id=7, num_sge=1, sg=[sge(b.mr, 0, 64)]))
+a.mr.write(b'hello, metaroce!', 16, 0)
+a.qp.post_send(SendWR(wr_id=1, opcode=e.IBV_WR_SEND_WITH_IMM, num_sge=1, imm_data=0x12345678,
+                      sg=[sge(a.mr, 0, 16)], send_flags=e.IBV_SEND_SIGNALED))
+sc, rc = a.poll(), b.poll()
+tap(len(sc) == 1 and sc[0].status == e.IBV_WC_SUCCESS and sc[0].wr_id == 1
+    and sc[0].opcode == e.IBV_WC_SEND, 'SEND_WITH_IMM completes at the sender', sc)
+tap(len(rc) == 1 and rc[0].wr_id == 7 and rc[0].byte_len == 16 and rc[0].opcode == e.IBV_WC_RECV
+    and rc[0].wc_flags & e.IBV_WC_WITH_IMM and rc[0].imm_data == 0x12345678
+    and rc[0].qp_num == b.qp.qp_num and b.mr.read(16, 0) == b'hello, metaroce!',
+    'the receiver gets the data, its length, the immediate value and its QP number', rc)
+
+# Two SGEs on each side, unsignaled then signaled: one send completion only.
+b.qp.post_recv(RecvWR(wr_id=8, num_sge=2, sg=[sge(b.mr, 100, 5), sge(b.mr, 200, 100)]))
+a.mr.write(b'0123456789', 10, 32)
+a.qp.post_send(SendWR(wr_id=2, opcode=e.IBV_WR_SEND, num_sge=2,
+                      sg=[sge(a.mr, 32, 3), sge(a.mr, 35, 7)], send_flags=0))
+b.qp.post_recv(RecvWR(wr_id=9, num_sge=1, sg=[sge(b.mr, 400, 16)]))
+a.qp.post_send(SendWR(wr_id=3, opcode=e.IBV_WR_SEND, num_sge=1, sg=[sge(a.mr, 0, 4)],
+                      send_flags=e.IBV_SEND_SIGNALED))
+sc, rc = a.poll(2, 5.0), b.poll(2)
+tap([w.wr_id for w in sc] == [3], 'an unsignaled SEND produces no completion, the next signaled one does', sc)
+tap([w.wr_id for w in rc] == [8, 9] and b.mr.read(5, 100) == b'01234' and b.mr.read(5, 200) == b'56789',
+    'scatter/gather on both sides places the bytes in order', rc)
+
+# Inline data: copied at post time, so the buffer may change right after.
+b.qp.post_recv(RecvWR(wr_id=10, num_sge=1, sg=[sge(b.mr, 500, 32)]))
+a.mr.write(b'inline-bytes', 12, 64)
+a.qp.post_send(SendWR(wr_id=4, opcode=e.IBV_WR_SEND, num_sge=1, sg=[sge(a.mr, 64, 12)],
+                      send_flags=e.IBV_SEND_SIGNALED | e.IBV_SEND_INLINE))
+a.mr.write(b'XXXXXXXXXXXX', 12, 64)
+sc, rc = a.poll(), b.poll()
+tap(len(rc) == 1 and b.mr.read(12, 500) == b'inline-bytes', 'inline data is taken when posted', rc)
+
+# RDMA WRITE with immediate, RDMA READ, atomics.
+b.qp.post_recv(RecvWR(wr_id=11, num_sge=1, sg=[sge(b.mr, 600, 8)]))
+a.mr.write(b'W' * 100, 100, 1000)
+w = SendWR(wr_id=5, opcode=e.IBV_WR_RDMA_WRITE_WITH_IMM, num_sge=1, imm_data=0xabcdef,
+           sg=[sge(a.mr, 1000, 100)], send_flags=e.IBV_SEND_SIGNALED)
+w.set_wr_rdma(b.mr.rkey, b.mr.buf + 2000)
+a.qp.post_send(w)
+sc, rc = a.poll(), b.poll()
+tap(len(rc) == 1 and rc[0].opcode == e.IBV_WC_RECV_RDMA_WITH_IMM and rc[0].imm_data == 0xabcdef
+    and b.mr.read(100, 2000) == b'W' * 100, 'RDMA WRITE_WITH_IMM places data and consumes a receive', rc)
+b.mr.write(b'R' * 300, 300, 3000)
+r = SendWR(wr_id=6, opcode=e.IBV_WR_RDMA_READ, num_sge=1, sg=[sge(a.mr, 3000, 300)],
+           send_flags=e.IBV_SEND_SIGNALED)
+r.set_wr_rdma(b.mr.rkey, b.mr.buf + 3000)
+a.qp.post_send(r)
+sc = a.poll()
+tap(len(sc) == 1 and sc[0].status == e.IBV_WC_SUCCESS and sc[0].opcode == e.IBV_WC_RDMA_READ
+    and a.mr.read(300, 3000) == b'R' * 300, 'RDMA READ returns the remote bytes', sc)
+b.mr.write((40).to_bytes(8, 'little'), 8, 8)
+f = SendWR(wr_id=12, opcode=e.IBV_WR_ATOMIC_FETCH_AND_ADD, num_sge=1, sg=[sge(a.mr, 16, 8)],
+           send_flags=e.IBV_SEND_SIGNALED)
+f.set_wr_atomic(b.mr.rkey, b.mr.buf + 8, 2)
+a.qp.post_send(f)
+c = SendWR(wr_id=13, opcode=e.IBV_WR_ATOMIC_CMP_AND_SWP, num_sge=1, sg=[sge(a.mr, 24, 8)],
+           send_flags=e.IBV_SEND_SIGNALED)
+c.set_wr_atomic(b.mr.rkey, b.mr.buf + 8, 42, 7)
+a.qp.post_send(c)
+sc = a.poll(2)
+tap(len(sc) == 2 and all(w.status == e.IBV_WC_SUCCESS for w in sc)
+    and int.from_bytes(a.mr.read(8, 16), 'little') == 40
+    and int.from_bytes(a.mr.read(8, 24), 'little') == 42
+    and int.from_bytes(b.mr.read(8, 8), 'little') == 7,
+    'FETCH_AND_ADD then CMP_AND_SWP return the old values and update memory', sc)
+
+# Bad arguments: errno from the post, no completion.
+try:
+    a.qp.post_send(SendWR(wr_id=14, opcode=e.IBV_WR_SEND, num_sge=3,
+                          sg=[sge(a.mr, 0, 1)] * 3, send_flags=e.IBV_SEND_SIGNALED))
+    tap(False, 'more SGEs than max_send_sge: EINVAL')
+except PyverbsRDMAError as x:
+    tap(x.error_code == errno.EINVAL, 'more SGEs than max_send_sge: EINVAL', x)
+
+# A local key that names nothing: local protection error at the sender.
+bad = SendWR(wr_id=15, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1,
+             sg=[SGE(a.mr.buf, 8, a.mr.lkey ^ 0x100)], send_flags=e.IBV_SEND_SIGNALED)
+bad.set_wr_rdma(b.mr.rkey, b.mr.buf)
+a.qp.post_send(bad)
+sc = a.poll()
+tap(len(sc) == 1 and sc[0].status == e.IBV_WC_LOC_PROT_ERR, 'a bad lkey completes with LOC_PROT_ERR', sc)
+
+# Fresh pair for the remote access error (the first error moved a's QP to ERR).
+a, b = End('mrc0', GA), End('mrc1', GB)
+a.connect(b)
+b.connect(a)
+before = counter('mrc1', 'access_errors')
+w = SendWR(wr_id=16, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[sge(a.mr, 0, 8)],
+           send_flags=e.IBV_SEND_SIGNALED)
+w.set_wr_rdma(b.ro.rkey, b.ro.buf)
+a.qp.post_send(w)
+after_err = SendWR(wr_id=17, opcode=e.IBV_WR_SEND, num_sge=1, sg=[sge(a.mr, 0, 8)],
+                   send_flags=e.IBV_SEND_SIGNALED)
+a.qp.post_send(after_err)
+sc = a.poll(2)
+tap(len(sc) >= 1 and sc[0].wr_id == 16 and sc[0].status == e.IBV_WC_REM_ACCESS_ERR,
+    'WRITE to a region without remote write: REM_ACCESS_ERR (the responder NAKs)', sc)
+tap(len(sc) == 2 and sc[1].status == e.IBV_WC_WR_FLUSH_ERR, 'later work is flushed', sc)
+tap(counter('mrc1', 'access_errors') > before, 'the responder counts the access error')
+# An access violation is fatal to the responder's QP too (as in IBA): its own
+# posted work is flushed.
+b.qp.post_recv(RecvWR(wr_id=19, num_sge=1, sg=[sge(b.mr, 0, 8)]))
+rc = b.poll()
+tap(len(rc) == 1 and rc[0].status == e.IBV_WC_WR_FLUSH_ERR, "the responder's QP is in error: its receives are flushed", rc)
+
+# A READ naming an rkey that does not exist, on a fresh pair.
+a, b = End('mrc0', GA), End('mrc1', GB)
+a.connect(b)
+b.connect(a)
+r = SendWR(wr_id=18, opcode=e.IBV_WR_RDMA_READ, num_sge=1, sg=[sge(b.mr, 0, 8)],
+           send_flags=e.IBV_SEND_SIGNALED)
+r.set_wr_rdma(a.mr.rkey + 0x100, a.mr.buf)
+b.qp.post_send(r)
+sc = b.poll()
+tap(len(sc) == 1 and sc[0].status == e.IBV_WC_REM_ACCESS_ERR, 'READ with an unknown rkey: REM_ACCESS_ERR', sc)
+
+print('1..%d' % N)
+sys.exit(1 if FAILED else 0)
