@@ -40,6 +40,8 @@ NOT_WIRE_TESTABLE = {
     "MR-3.6.2": "UD: see MR-2.2.2",
     "MR-4.3.4": "a rule for consumers (applications), not for the transport",
     "MR-5.6.4": "a rule for consumers (applications), not for the transport",
+    "MR-7.1.5": "a QP left in RTR without an initial TSN is a verbs-driver state; the endpoint's "
+                "create_qp/connect always set both TSNs (core: proto/tests/rtr_responder.rs)",
     "MR-7.5.1": "QPN reuse policy of the host (QPNs are chosen by the tester here)",
     "MR-9.1.2": "QPN allocation is the host's (QPNs are chosen by the tester here)",
     "MR-9.3.2": "deployment advice (uRPF, network-layer authentication)",
