@@ -877,6 +877,95 @@ impl Connection {
             && self.cq_len == 0
     }
 
+    /// Checks the in-flight bookkeeping of the requester side (MR-5.3.1, and
+    /// the definition of `inflight(p)` in MR-8.1.1) and returns the first
+    /// inconsistency found. For tests and
+    /// debugging; O(window + paths), allocates nothing.
+    ///
+    /// * every path's list holds only in-flight (neither lost nor
+    ///   acknowledged) packets of the send window, last sent on that path,
+    ///   in strictly increasing PSN order;
+    /// * every in-flight packet of the window is on its path's list;
+    /// * each path's `inflight` equals the bytes of the packets on its list,
+    ///   so the sum of per-path `inflight` equals the bytes of the
+    ///   unacknowledged in-flight packets;
+    /// * a path past `num_paths` carries nothing.
+    pub fn check_invariants(&self) -> Result<(), &'static str> {
+        let outstanding = self.snd_nxt.wrapping_sub(self.snd_una);
+        if outstanding > WINDOW {
+            return Err("more than WINDOW TSNs outstanding");
+        }
+        let mut listed = 0u32;
+        let mut listed_bytes = 0u64;
+        for (q, path) in self.paths.iter().enumerate() {
+            let mut bytes = 0u64;
+            let mut i = path.head;
+            let mut prev = NIL;
+            let mut steps = 0u32;
+            while i != NIL {
+                steps += 1;
+                if steps > WINDOW {
+                    return Err("path list is cyclic");
+                }
+                let k = match self.pkts.get(i as usize) {
+                    Some(k) => k,
+                    None => return Err("path list index out of range"),
+                };
+                if k.prev != prev {
+                    return Err("path list back link broken");
+                }
+                let t = self.tsn_of(i);
+                if !seq_lt(t, self.snd_nxt) || outstanding == 0 {
+                    return Err("path list holds a packet outside the send window");
+                }
+                if k.kind == K_FREE {
+                    return Err("path list holds a freed packet");
+                }
+                if k.state != S_INFLIGHT {
+                    return Err("path list holds a lost or acknowledged packet");
+                }
+                if k.path as usize != q {
+                    return Err("packet listed on a path it was not sent on");
+                }
+                if prev != NIL && !seq_lt(self.pkts[prev as usize].psn, k.psn) {
+                    return Err("path list not in PSN order");
+                }
+                bytes += k.len as u64;
+                prev = i;
+                i = k.next;
+            }
+            if path.tail != prev {
+                return Err("path list tail mismatch");
+            }
+            if bytes != path.inflight as u64 {
+                return Err("path inflight differs from the bytes on its list");
+            }
+            if q >= self.cfg.num_paths as usize && (path.inflight != 0 || path.head != NIL) {
+                return Err("unused path carries packets");
+            }
+            listed += steps;
+            listed_bytes += bytes;
+        }
+        let mut flying = 0u32;
+        let mut flying_bytes = 0u64;
+        let mut t = self.snd_una;
+        while t != self.snd_nxt {
+            let k = &self.pkts[(t % WINDOW) as usize];
+            if k.kind != K_FREE && k.state == S_INFLIGHT {
+                flying += 1;
+                flying_bytes += k.len as u64;
+            }
+            if (k.state == S_ACKED) == self.unacked.get(t) {
+                return Err("unacked bitmap disagrees with packet state");
+            }
+            t = t.wrapping_add(1);
+        }
+        if flying != listed || flying_bytes != listed_bytes {
+            return Err("an in-flight packet is missing from its path list");
+        }
+        Ok(())
+    }
+
     // ------------------------------------------------------------------
     // Posting (MR-4.1, MR-7.4)
     // ------------------------------------------------------------------

@@ -400,6 +400,12 @@ impl Net {
             }
         }
         self.pump();
+        // Spec: MR-8.1.1 — per-path inflight matches the in-flight packets.
+        for (i, ep) in self.eps.iter().enumerate() {
+            if let Err(e) = ep.conn.check_invariants() {
+                panic!("endpoint {i} at {} ns: {e}", self.now);
+            }
+        }
         true
     }
 
