@@ -435,7 +435,10 @@ impl Engine {
         put(c"lost_detected", st.lost_detected);
         put(c"rnr_naks", st.rnr_naks);
         put(c"repaths", st.repaths);
+        put(c"rx_invalid", st.rx_invalid);
         put(c"idle", u64::from(c.is_idle()));
+        // 1 when the connection's in-flight bookkeeping is consistent (diagnostics).
+        put(c"invariants_ok", u64::from(c.check_invariants().is_ok()));
         put(c"timer_armed", u64::from(c.poll_timeout().is_some()));
         const NAMES: [[&core::ffi::CStr; 4]; 4] = [
             [c"path0_status", c"path0_cwnd", c"path0_inflight", c"path0_srtt_ns"],
