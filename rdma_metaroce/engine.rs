@@ -626,9 +626,13 @@ impl Engine {
     /// transmitting, completing. Returns when the work must run again: `Some(now)`
     /// for "at once", a later instant for a timer, `None` for "when something
     /// happens".
-    pub(crate) fn run(&mut self, sh: &Shared<'_>, io: &mut impl Io, now: Instant) -> Option<Instant> {
+    ///
+    /// `rx_drained`: every received datagram has been handed in. Timers run only
+    /// then: an acknowledgement still waiting in the receive queue must not let a
+    /// retransmission timer fire as if it had been lost.
+    pub(crate) fn run(&mut self, sh: &Shared<'_>, io: &mut impl Io, now: Instant, rx_drained: bool) -> Option<Instant> {
         match self.ty {
-            QpType::Rc => self.run_rc(sh, io, now),
+            QpType::Rc => self.run_rc(sh, io, now, rx_drained),
             QpType::Ud => {
                 self.run_ud(sh, io, now);
                 None
@@ -636,14 +640,14 @@ impl Engine {
         }
     }
 
-    fn run_rc(&mut self, sh: &Shared<'_>, io: &mut impl Io, now: Instant) -> Option<Instant> {
+    fn run_rc(&mut self, sh: &Shared<'_>, io: &mut impl Io, now: Instant, rx_drained: bool) -> Option<Instant> {
         if !self.connected {
             self.flush_unfed(io);
             return None;
         }
         let Engine { conn, q, pd, access, counters, remote_gid, tx, .. } = self;
         let conn = conn.as_mut()?;
-        if conn.poll_timeout().is_some_and(|t| t <= now) {
+        if rx_drained && conn.poll_timeout().is_some_and(|t| t <= now) {
             conn.handle_timeout(now);
         }
         // Hand posted work to the connection while it has room.

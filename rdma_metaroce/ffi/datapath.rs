@@ -342,7 +342,7 @@ unsafe extern "C" fn qp_run_cb(owner: *mut c_void) {
         if let Some(s) = srq {
             srq_limit |= eng.refill(s);
         }
-        let next = eng.run(&sh, &mut io, t);
+        let next = eng.run(&sh, &mut io, t, !again);
         crate::net::account(&data.counters, eng.take_counters());
         next
     };
