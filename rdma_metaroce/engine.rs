@@ -137,6 +137,8 @@ pub(crate) struct EngineCounters {
     pub(crate) rnr_naks: u64,
     pub(crate) rx_duplicates: u64,
     pub(crate) rx_invalid: u64,
+    pub(crate) ecn_marked: u64,
+    pub(crate) out_of_order: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -315,6 +317,8 @@ impl Engine {
             c.rnr_naks = s.rnr_naks.wrapping_sub(l.rnr_naks);
             c.rx_duplicates = s.rx_dup.wrapping_sub(l.rx_dup);
             c.rx_invalid = s.rx_invalid.wrapping_sub(l.rx_invalid);
+            c.ecn_marked = s.rx_ce.wrapping_sub(l.rx_ce);
+            c.out_of_order = s.rx_out_of_order.wrapping_sub(l.rx_out_of_order);
             self.last_stats = s;
         }
         c

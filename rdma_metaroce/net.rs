@@ -53,10 +53,14 @@ pub(crate) enum Counter {
     AccessErrors,
     /// UD datagrams dropped (wrong Q_Key, no receive posted, too long).
     UdDropped,
+    /// Data packets that arrived with the IP ECN field set to CE.
+    EcnMarked,
+    /// Data packets placed ahead of a missing earlier one (out-of-order placement).
+    OutOfOrder,
 }
 
 /// Counter names as shown by `rdma statistic show link DEV/1`.
-pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 18] = [
+pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 20] = [
     c"rx_packets",
     c"rx_bytes",
     c"rx_malformed",
@@ -75,6 +79,8 @@ pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 18] = [
     c"rx_invalid",
     c"access_errors",
     c"ud_dropped",
+    c"ecn_marked",
+    c"out_of_order",
 ];
 
 /// Per-device counters (lock-free; updated from softirq).
@@ -136,6 +142,8 @@ pub(crate) fn account(c: &Counters, e: EngineCounters) {
         (Counter::RxInvalid, e.rx_invalid),
         (Counter::AccessErrors, e.access_errors),
         (Counter::UdDropped, e.rx_ud_dropped),
+        (Counter::EcnMarked, e.ecn_marked),
+        (Counter::OutOfOrder, e.out_of_order),
     ] {
         if n != 0 {
             c.add(counter, n);

@@ -256,6 +256,11 @@ pub struct Stats {
     pub congestion_repaths: u64,
     /// RNR NAKs sent.
     pub rnr_naks: u64,
+    /// Data packets received with the IP ECN field set to CE (MR-2.5.2).
+    pub rx_ce: u64,
+    /// Data packets accepted ahead of a missing one and placed at once
+    /// (out-of-order placement, MR-4.1.3).
+    pub rx_out_of_order: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -1190,6 +1195,9 @@ impl Connection {
         }
         match verdict {
             Verdict::Accept => {
+                if base.tsn != self.rcv_nxt {
+                    self.stats.rx_out_of_order += 1;
+                }
                 self.rcv_bits.set(base.tsn);
                 while self.rcv_bits.get(self.rcv_nxt) {
                     self.rcv_bits.clear(self.rcv_nxt);
@@ -1237,6 +1245,7 @@ impl Connection {
         path.rx_cnt = path.rx_cnt.saturating_add(1);
         if ce {
             // Spec: MR-2.5.2, MR-8.3.1 — count and echo CE promptly.
+            self.stats.rx_ce += 1;
             path.rx_ce = path.rx_ce.saturating_add(1);
             path.ack_now = true;
         }
@@ -2768,7 +2777,7 @@ mod size_tests {
             assert_eq!(core::mem::size_of::<MsgSlot>(), 144);
             assert_eq!(core::mem::size_of::<SqEntry>(), 72);
             assert_eq!(core::mem::size_of::<Path>(), 128);
-            assert_eq!(core::mem::size_of::<Connection>(), 25_544);
+            assert_eq!(core::mem::size_of::<Connection>(), 25_560);
         }
     }
 }
