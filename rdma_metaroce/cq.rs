@@ -27,11 +27,14 @@ pub(crate) const fn wc_opcode_raw(op: WcOpcode) -> u32 {
 }
 
 /// How the receive side of a UD QP got its message: the 40 bytes in front of the
-/// payload hold a GRH (for IPv4, the IP header in its last 20 bytes).
+/// payload hold a GRH (for IPv4, the IP header in its last 20 bytes; for IPv6, the
+/// IPv6 header).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Grh {
     None,
     Ipv4,
+    /// The IPv6 header fills the 40 bytes.
+    Ipv6,
 }
 
 /// One work completion.

@@ -90,9 +90,15 @@ pub(crate) struct Received<'a> {
     pub(crate) src_port: u16,
     /// The IP ECN field was CE.
     pub(crate) ce: bool,
-    /// IPv4 source and destination (zero for IPv6).
-    pub(crate) saddr4: [u8; 4],
-    pub(crate) daddr4: [u8; 4],
+    /// Source and destination address.
+    pub(crate) addrs: IpPair,
+}
+
+/// The addresses of a received datagram.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum IpPair {
+    V4([u8; 4], [u8; 4]),
+    V6([u8; 16], [u8; 16]),
 }
 
 /// Device resources the engine borrows for one call.
@@ -585,11 +591,11 @@ impl Engine {
                 let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters };
                 conn.handle_datagram(now, src_port, ce, bytes, &mut mem);
             }
-            QpType::Ud => self.on_ud(sh, io, d.saddr4, d.daddr4, bytes),
+            QpType::Ud => self.on_ud(sh, io, d.addrs, bytes),
         }
     }
 
-    fn on_ud(&mut self, sh: &Shared<'_>, io: &mut impl Io, saddr4: [u8; 4], daddr4: [u8; 4], bytes: &[u8]) {
+    fn on_ud(&mut self, sh: &Shared<'_>, io: &mut impl Io, addrs: IpPair, bytes: &[u8]) {
         let r = &self.q.rqr;
         let next = (r.len() > 0 && self.can_recv && !self.errored).then(|| self.q.rq[r.idx(r.head)]).flatten();
         // The receive buffer holds the GRH first; the payload must fit after it.
@@ -603,7 +609,10 @@ impl Engine {
         };
         let Some(slot) = next else { return };
         let idx = self.q.rqr.idx(self.q.rqr.head);
-        let grh = grh_ipv4(saddr4, daddr4, d.payload.len());
+        let (grh, grh_kind) = match addrs {
+            IpPair::V4(s, dst) => (grh_ipv4(s, dst, d.payload.len()), Grh::Ipv4),
+            IpPair::V6(s, dst) => (grh_ipv6(&s, &dst, d.payload.len()), Grh::Ipv6),
+        };
         let mut mem = QpMemory { sh, q: &mut self.q, pd: self.pd, access: self.access, counters: &mut self.counters };
         let ok = mem.write_recv(idx as u64, 0, &grh).is_ok()
             && mem.write_recv(idx as u64, GRH_LEN as u32, d.payload).is_ok();
@@ -621,7 +630,7 @@ impl Engine {
             src_qp: d.src_qpn,
             imm: d.imm,
             invalidated_rkey: None,
-            grh: Grh::Ipv4,
+            grh: grh_kind,
         };
         io.complete(true, wc, d.solicited);
     }
@@ -904,6 +913,19 @@ fn grh_ipv4(saddr: [u8; 4], daddr: [u8; 4], payload_len: usize) -> [u8; GRH_LEN]
         sum = (sum & 0xffff) + (sum >> 16);
     }
     h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    g
+}
+
+/// The GRH area of a UD receive for an IPv6 datagram: the IPv6 header itself.
+fn grh_ipv6(saddr: &[u8; 16], daddr: &[u8; 16], payload_len: usize) -> [u8; GRH_LEN] {
+    let mut g = [0u8; GRH_LEN];
+    g[0] = 0x60;
+    let plen = (8 + payload_len).min(0xffff) as u16;
+    g[4..6].copy_from_slice(&plen.to_be_bytes());
+    g[6] = 17; // UDP
+    g[7] = 64; // hop limit
+    g[8..24].copy_from_slice(saddr);
+    g[24..40].copy_from_slice(daddr);
     g
 }
 

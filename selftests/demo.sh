@@ -10,6 +10,7 @@ show() { echo; echo "\$ $*"; "$@"; }
 KO=${METAROCE_KO:-$HERE/../rdma_metaroce.ko}
 echo "== loading rdma_metaroce"
 modprobe -q udp_tunnel || true
+modprobe -q ip6_udp_tunnel || true
 insmod "$KO"
 show modinfo -p "$KO"
 echo; echo "== two hosts: hostA (veth0, 198.18.0.1) <-> hostB (veth1, 198.18.0.2)"

@@ -243,11 +243,23 @@ fn ipv4_of(gid: &[u8; 16]) -> Option<[u8; 4]> {
 
 impl Io for WorkIo<'_> {
     fn transmit(&mut self, dgid: &[u8; 16], src_port: u16, ecn: Ecn, pkt: &[u8]) -> bool {
-        // IPv6 peers are not reachable yet (transmit is IPv4 only).
-        let Some(d) = ipv4_of(dgid) else { return false };
         let tos = match ecn {
             Ecn::NotEct => 0,
             Ecn::Ect0 => 2,
+        };
+        let Some(d) = ipv4_of(dgid) else {
+            let sock6 = self.dev.sock6();
+            if sock6.is_null() {
+                return false;
+            }
+            let any = [0u8; 16];
+            // SAFETY: The IPv6 socket lives as long as the device's other socket; the
+            // helper copies `pkt` into a new skb.
+            let ret = unsafe {
+                raw::mrc_udp_xmit6(sock6, any.as_ptr(), dgid.as_ptr(), src_port, self.dev.udp_port(), tos,
+                    pkt.as_ptr().cast(), pkt.len())
+            };
+            return ret == 0;
         };
         // SAFETY: The device's socket is open while the device has QPs; the helper
         // copies `pkt` into a new skb.
@@ -325,15 +337,22 @@ unsafe extern "C" fn qp_run_cb(owner: *mut c_void) {
             n += 1;
             let (mut len, mut sport, mut ce) = (0u32, 0u16, false);
             let (mut sa, mut da) = (0u32, 0u32);
+            let (mut sa6, mut da6) = ([0u8; 16], [0u8; 16]);
             // SAFETY: We own the skb, a UDP datagram the receive path queued.
             let p = unsafe {
                 raw::mrc_skb_addrs4(skb, &mut sa, &mut da);
+                raw::mrc_skb_addrs6(skb, sa6.as_mut_ptr(), da6.as_mut_ptr());
                 raw::mrc_skb_udp_payload(skb, &mut len, &mut sport, &mut ce)
             };
             if !p.is_null() {
                 // SAFETY: `len` readable bytes inside the linear skb, alive until freed.
                 let bytes = unsafe { core::slice::from_raw_parts(p, len as usize) };
-                let r = Received { bytes, src_port: sport, ce, saddr4: sa.to_ne_bytes(), daddr4: da.to_ne_bytes() };
+                let from = if sa != 0 {
+                    crate::engine::IpPair::V4(sa.to_ne_bytes(), da.to_ne_bytes())
+                } else {
+                    crate::engine::IpPair::V6(sa6, da6)
+                };
+                let r = Received { bytes, src_port: sport, ce, addrs: from };
                 eng.on_datagram(&sh, &mut io, t, &r);
             }
             // SAFETY: Ours to free.

@@ -12,6 +12,8 @@
 #include <net/inet_ecn.h>
 #include <net/udp_tunnel.h>
 #include <net/route.h>
+#include <net/ip6_route.h>
+#include <net/ipv6.h>
 #include <linux/workqueue.h>
 #include <linux/scatterlist.h>
 #include <linux/uaccess.h>
@@ -141,6 +143,28 @@ struct socket *mrc_udp_open(struct net_device *ndev, u16 port, void *user,
 	cfg.local_udp_port = htons(port);
 	cfg.bind_ifindex = ndev->ifindex;
 	*err = udp_sock_create4(dev_net(ndev), &cfg, &sock);
+	if (*err)
+		return NULL;
+	tnl.sk_user_data = user;
+	tnl.encap_type = 1;
+	tnl.encap_rcv = rcv;
+	setup_udp_tunnel_sock(dev_net(ndev), sock->sk, &tnl);
+	return sock;
+}
+
+struct socket *mrc_udp_open6(struct net_device *ndev, u16 port, void *user,
+			     int (*rcv)(struct sock *sk, struct sk_buff *skb), int *err)
+{
+	struct udp_port_cfg cfg = {};
+	struct udp_tunnel_sock_cfg tnl = {};
+	struct socket *sock;
+
+	cfg.family = AF_INET6;
+	cfg.local_ip6 = in6addr_any;
+	cfg.ipv6_v6only = 1;
+	cfg.local_udp_port = htons(port);
+	cfg.bind_ifindex = ndev->ifindex;
+	*err = udp_sock_create6(dev_net(ndev), &cfg, &sock);
 	if (*err)
 		return NULL;
 	tnl.sk_user_data = user;
@@ -321,6 +345,55 @@ int mrc_udp_xmit4(struct socket *sock, __be32 saddr, __be32 daddr, u16 sport, u1
 	udp_tunnel_xmit_skb(rt, sk, skb, fl.saddr, daddr, tos, ip4_dst_hoplimit(&rt->dst),
 			    0, htons(sport), htons(dport), false, false, 0);
 	return 0;
+}
+
+int mrc_udp_xmit6(struct socket *sock, const u8 saddr[16], const u8 daddr[16], u16 sport,
+		  u16 dport, u8 tclass, const void *data, size_t len)
+{
+	struct sock *sk = sock->sk;
+	struct flowi6 fl6 = {};
+	struct dst_entry *dst;
+	struct sk_buff *skb;
+	unsigned int headroom;
+
+	fl6.flowi6_oif = sk->sk_bound_dev_if;
+	memcpy(&fl6.saddr, saddr, 16);
+	memcpy(&fl6.daddr, daddr, 16);
+	fl6.flowi6_proto = IPPROTO_UDP;
+	dst = ip6_dst_lookup_flow(sock_net(sk), sk, &fl6, NULL);
+	if (IS_ERR(dst))
+		return PTR_ERR(dst);
+	if (dst->error) {
+		int err = dst->error;
+
+		dst_release(dst);
+		return err;
+	}
+	headroom = LL_RESERVED_SPACE(dst->dev) + sizeof(struct ipv6hdr) +
+		   sizeof(struct udphdr);
+	/* Called under the QP's engine spinlock. */
+	skb = alloc_skb(headroom + len, GFP_ATOMIC);
+	if (!skb) {
+		dst_release(dst);
+		return -ENOMEM;
+	}
+	skb_reserve(skb, headroom);
+	skb_put_data(skb, data, len);
+	/* The lookup chose the source address if the caller left it unspecified. */
+	udp_tunnel6_xmit_skb(dst, sk, skb, dst->dev, &fl6.saddr, &fl6.daddr, tclass,
+			     ip6_dst_hoplimit(dst), 0, htons(sport), htons(dport), false, 0);
+	return 0;
+}
+
+void mrc_skb_addrs6(struct sk_buff *skb, u8 saddr[16], u8 daddr[16])
+{
+	if (skb->protocol == htons(ETH_P_IPV6)) {
+		memcpy(saddr, &ipv6_hdr(skb)->saddr, 16);
+		memcpy(daddr, &ipv6_hdr(skb)->daddr, 16);
+	} else {
+		memset(saddr, 0, 16);
+		memset(daddr, 0, 16);
+	}
 }
 
 void mrc_skb_addrs4(struct sk_buff *skb, __be32 *saddr, __be32 *daddr)

@@ -60,6 +60,9 @@ struct sk_buff;
  * failure. */
 struct socket *mrc_udp_open(struct net_device *ndev, u16 port, void *user,
 			    int (*rcv)(struct sock *sk, struct sk_buff *skb), int *err);
+/* The same on IPv6 (v6-only), for peers addressed by IPv6 GIDs. */
+struct socket *mrc_udp_open6(struct net_device *ndev, u16 port, void *user,
+			     int (*rcv)(struct sock *sk, struct sk_buff *skb), int *err);
 /* Releases the socket and waits until no receive callback can still run. */
 void mrc_udp_close(struct socket *sock);
 /* rcu_dereference_sk_user_data() */
@@ -123,6 +126,12 @@ unsigned long mrc_copy_from_user(void *dst, u64 uaddr, size_t len);
  * order, ports in host order, `tos` carries the ECN codepoint. 0 or -errno. */
 int mrc_udp_xmit4(struct socket *sock, __be32 saddr, __be32 daddr, u16 sport, u16 dport,
 		  u8 tos, const void *data, size_t len);
+/* Sends `len` bytes as one UDP/IPv6 datagram from the IPv6 device socket (an
+ * all-zero `saddr` lets the route choose); `tclass` carries the ECN codepoint. */
+int mrc_udp_xmit6(struct socket *sock, const u8 saddr[16], const u8 daddr[16], u16 sport,
+		  u16 dport, u8 tclass, const void *data, size_t len);
+/* The IPv6 source and destination of a received datagram, zero if not IPv6. */
+void mrc_skb_addrs6(struct sk_buff *skb, u8 saddr[16], u8 daddr[16]);
 /* The IPv4 source and destination of a received datagram (network order), 0 if
  * it is not IPv4. */
 void mrc_skb_addrs4(struct sk_buff *skb, __be32 *saddr, __be32 *daddr);

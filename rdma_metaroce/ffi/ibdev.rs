@@ -79,6 +79,9 @@ struct DevAlloc {
     /// The device's UDP socket on the MetaRoCE port (NULL until opened); closed in
     /// `dealloc_driver` before `data` is dropped.
     sock: *mut raw::socket,
+    /// The IPv6 (v6-only) socket on the same port, or NULL when the namespace has no
+    /// IPv6; closed with `sock`.
+    sock6: *mut raw::socket,
     /// The MetaRoCE UDP port the socket listens on and packets are sent to.
     port: u16,
 }
@@ -121,6 +124,12 @@ impl IbDev {
     pub(super) fn sock(&self) -> *mut raw::socket {
         // SAFETY: `self` heads a live `DevAlloc` (type invariant).
         unsafe { (*self.as_ptr().cast::<DevAlloc>()).sock }
+    }
+
+    /// The device's IPv6 socket, NULL if it has none (same lifetime as `sock`).
+    pub(super) fn sock6(&self) -> *mut raw::socket {
+        // SAFETY: `self` heads a live `DevAlloc` (type invariant).
+        unsafe { (*self.as_ptr().cast::<DevAlloc>()).sock6 }
     }
 
     /// The MetaRoCE UDP port of this device.
@@ -228,6 +237,16 @@ impl IbDev {
             (*alloc).sock = sock;
             (*alloc).port = udp_port;
         }
+        // SAFETY: As for the IPv4 socket.
+        let sock6 = unsafe {
+            raw::mrc_udp_open6(ndev.as_ptr(), udp_port, ib.as_ptr().cast(), Some(super::net::udp_rcv_cb), &mut err)
+        };
+        if sock6.is_null() {
+            // IPv6 disabled in this namespace: IPv4 peers still work.
+            pr_info!("no IPv6 socket on {:?} (error {}): IPv4 only\n", ndev.name(), err);
+        }
+        // SAFETY: Exclusively ours until registered.
+        unsafe { (*alloc).sock6 = sock6 };
         // SAFETY: Both are alive; ib_core takes its own netdev reference.
         let ret = unsafe { raw::ib_device_set_netdev(ib.as_ptr(), ndev.as_ptr(), 1) };
         kernel::error::to_result(ret).map_err(undo)?;
@@ -548,10 +567,12 @@ unsafe extern "C" fn dealloc_driver_cb(ib: *mut raw::ib_device) {
     // SAFETY: Last callback for the device: nobody else uses `sock`. Closing waits
     // until no receive callback (which reads `data`) can still run.
     unsafe {
-        let sock = (*alloc).sock;
-        if !sock.is_null() {
-            (*alloc).sock = core::ptr::null_mut();
-            raw::mrc_udp_close(sock);
+        for slot in [&raw mut (*alloc).sock, &raw mut (*alloc).sock6] {
+            let sock = *slot;
+            if !sock.is_null() {
+                *slot = core::ptr::null_mut();
+                raw::mrc_udp_close(sock);
+            }
         }
     }
     // SAFETY: This is the last callback for the device; the data was initialised in

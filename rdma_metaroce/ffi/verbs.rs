@@ -697,9 +697,14 @@ unsafe extern "C" fn poll_cq_cb(ib: *mut raw::ib_cq, num: c_int, wc: *mut raw::i
         out.qp = w.qp_handle as *mut raw::ib_qp;
         out.src_qp = w.src_qp;
         out.wc_flags = 0;
-        if w.grh == Grh::Ipv4 {
+        let net = match w.grh {
+            Grh::None => None,
+            Grh::Ipv4 => Some(raw::rdma_network_type_RDMA_NETWORK_IPV4),
+            Grh::Ipv6 => Some(raw::rdma_network_type_RDMA_NETWORK_IPV6),
+        };
+        if let Some(t) = net {
             out.wc_flags |= (raw::ib_wc_flags_IB_WC_GRH | raw::ib_wc_flags_IB_WC_WITH_NETWORK_HDR_TYPE) as c_int;
-            out.network_hdr_type = raw::rdma_network_type_RDMA_NETWORK_IPV4 as u8;
+            out.network_hdr_type = t as u8;
         }
         if let Some(imm) = w.imm {
             out.ex.imm_data = imm.to_be();

@@ -54,5 +54,6 @@ ktap_finish() {
 # after the kernel modules it depends on (udp_tunnel is a module in most configs).
 mrc_insmod() {
     modprobe -q udp_tunnel 2>/dev/null || true
+    modprobe -q ip6_udp_tunnel 2>/dev/null || true
     insmod "$KO" "$@"
 }

@@ -34,4 +34,30 @@ wait_for 10 gid_idx mrc1 0000:0000:0000:0000:0000:ffff:c612:0002
 GA=$(gid_idx mrc0 0000:0000:0000:0000:0000:ffff:c612:0001)
 GB=$(gid_idx mrc1 0000:0000:0000:0000:0000:ffff:c612:0002)
 echo "TAP version 13"
-A env PYTHONPATH="$HERE/../lib" timeout 120 python3 "$HERE/metaroce_semantics.py" "$GA" "$GB"
+A env PYTHONPATH="$HERE/../lib" timeout 120 python3 "$HERE/metaroce_semantics.py" "$GA" "$GB" > /tmp/semantics.tap
+rc=$?
+# The Python part numbers its own test points; continue after them.
+grep -v '^1\.\.' /tmp/semantics.tap
+KTAP_N=$(grep -cE '^(not )?ok ' /tmp/semantics.tap)
+KTAP_FAILED=$(grep -c '^not ok ' /tmp/semantics.tap)
+[ $rc = 0 ] || [ "$KTAP_FAILED" != 0 ] || KTAP_FAILED=1
+
+# IPv6: the same devices, addressed by their IPv6 RoCE v2 GIDs.
+ip -n hostA addr add 2001:2::1/64 dev veth0 nodad
+ip -n hostB addr add 2001:2::2/64 dev veth1 nodad
+check "IPv6 RoCE v2 GIDs appear" wait_for 10 gid_idx mrc1 2001:0002:0000:0000:0000:0000:0000:0002
+G6A=$(gid_idx mrc0 2001:0002:0000:0000:0000:0000:0000:0001)
+G6B=$(gid_idx mrc1 2001:0002:0000:0000:0000:0000:0000:0002)
+listening() { B ss -ltn | grep -q ":$1 "; }
+# pp6 PROG ARGS...: server in hostB, client in hostA, over the IPv6 GIDs.
+pp6() {
+    local prog=$1; shift
+    B timeout 60 "$prog" -d mrc1 -g "$G6B" -p 18600 "$@" > /tmp/pp6.server 2>&1 &
+    local spid=$!
+    wait_for 20 listening 18600 || { kill $spid; return 1; }
+    A timeout 60 "$prog" -d mrc0 -g "$G6A" -p 18600 "$@" 198.18.0.2 || { wait $spid; return 1; }
+    wait $spid
+}
+check "ibv_rc_pingpong -c over IPv6 GIDs" pp6 ibv_rc_pingpong -c -n 50
+check "ibv_ud_pingpong -c over IPv6 GIDs" pp6 ibv_ud_pingpong -c -n 50 -s 512
+ktap_finish
