@@ -563,6 +563,37 @@ pub(super) unsafe extern "C" fn post_send_cb(
     ret
 }
 
+/// Posts a list of receive WRs through `post` (one WR: its `wr_id` and SGEs),
+/// stopping at the first refusal, which it reports through `bad` as verbs requires.
+///
+/// # Safety
+///
+/// `wr` is a valid list of receive WRs and `bad` NULL or writable, for the call.
+unsafe fn post_recv_list(
+    wr: *const raw::ib_recv_wr,
+    bad: *mut *const raw::ib_recv_wr,
+    mut post: impl FnMut(u64, &[Sge]) -> Result,
+) -> c_int {
+    let mut cur = wr;
+    let mut sges = [Sge::default(); crate::qp::MAX_SGE as usize];
+    while !cur.is_null() {
+        // SAFETY: A valid list of WRs built by the caller.
+        let w = unsafe { &*cur };
+        let r = sges_of(w.sg_list, w.num_sge, &mut sges)
+            // SAFETY: `wr_id` is the active member for verbs consumers.
+            .and_then(|n| post(unsafe { w.__bindgen_anon_1.wr_id }, &sges[..n]));
+        if let Err(e) = r {
+            if !bad.is_null() {
+                // SAFETY: Caller-provided out pointer.
+                unsafe { *bad = cur };
+            }
+            return e.to_errno();
+        }
+        cur = w.next;
+    }
+    0
+}
+
 pub(super) unsafe extern "C" fn post_recv_cb(
     ib: *mut raw::ib_qp,
     wr: *const raw::ib_recv_wr,
@@ -571,35 +602,16 @@ pub(super) unsafe extern "C" fn post_recv_cb(
     // SAFETY: ib_core calls post ops on live QPs of this driver.
     let qp = unsafe { qp_of(ib) };
     // SAFETY: `ib` is alive. A QP on an SRQ has no receive queue of its own.
-    if unsafe { !(*ib).srq.is_null() } {
-        if !bad.is_null() {
-            // SAFETY: Caller-provided out pointer.
-            unsafe { *bad = wr };
-        }
-        return EINVAL.to_errno();
-    }
-    let mut ret = 0;
-    {
-        let mut eng = qp.engine.lock();
-        let mut cur = wr;
-        while !cur.is_null() {
-            // SAFETY: A valid list of WRs built by the caller.
-            let w = unsafe { &*cur };
-            let mut sges = [Sge::default(); crate::qp::MAX_SGE as usize];
-            let r = sges_of(w.sg_list, w.num_sge, &mut sges)
-                // SAFETY: `wr_id` is the active member for verbs consumers.
-                .and_then(|n| eng.post_recv(unsafe { w.__bindgen_anon_1.wr_id }, &sges[..n]));
-            if let Err(e) = r {
-                ret = e.to_errno();
-                if !bad.is_null() {
-                    // SAFETY: Caller-provided out pointer.
-                    unsafe { *bad = cur };
-                }
-                break;
+    let on_srq = unsafe { !(*ib).srq.is_null() };
+    // SAFETY: ib_core passes a valid WR list and out pointer.
+    let ret = unsafe {
+        post_recv_list(wr, bad, |wr_id, sges| {
+            if on_srq {
+                return Err(EINVAL);
             }
-            cur = w.next;
-        }
-    }
+            qp.engine.lock().post_recv(wr_id, sges)
+        })
+    };
     // SAFETY: Live QP.
     unsafe { qp_kick(ib) };
     ret
@@ -612,24 +624,8 @@ pub(super) unsafe extern "C" fn post_srq_recv_cb(
 ) -> c_int {
     // SAFETY: ib_core calls post ops on live SRQs of this driver.
     let srq = unsafe { srq_of(ib) };
-    let mut cur = wr;
-    while !cur.is_null() {
-        // SAFETY: A valid list of WRs built by the caller.
-        let w = unsafe { &*cur };
-        let mut sges = [Sge::default(); crate::qp::MAX_SGE as usize];
-        let r = sges_of(w.sg_list, w.num_sge, &mut sges)
-            // SAFETY: `wr_id` is the active member for verbs consumers.
-            .and_then(|n| srq.post_recv(unsafe { w.__bindgen_anon_1.wr_id }, &sges[..n]));
-        if let Err(e) = r {
-            if !bad.is_null() {
-                // SAFETY: Caller-provided out pointer.
-                unsafe { *bad = cur };
-            }
-            return e.to_errno();
-        }
-        cur = w.next;
-    }
     // Attached QPs take WQEs when their work next runs (a sender that met an empty
     // queue retries after its RNR timer, which runs the receiver's work).
-    0
+    // SAFETY: ib_core passes a valid WR list and out pointer.
+    unsafe { post_recv_list(wr, bad, |wr_id, sges| srq.post_recv(wr_id, sges)) }
 }

@@ -131,18 +131,18 @@ int mrc_check_mr_access(struct ib_device *ib, unsigned int flags)
 	return ib_check_mr_access(ib, flags);
 }
 
-struct socket *mrc_udp_open(struct net_device *ndev, u16 port, void *user,
-			    int (*rcv)(struct sock *sk, struct sk_buff *skb), int *err)
+/* Creates the UDP socket described by `cfg` in `ndev`'s namespace, bound to it,
+ * and makes it a udp_tunnel socket delivering to `rcv`. */
+static struct socket *mrc_udp_open_cfg(struct net_device *ndev, struct udp_port_cfg *cfg,
+				       void *user,
+				       int (*rcv)(struct sock *sk, struct sk_buff *skb),
+				       int *err)
 {
-	struct udp_port_cfg cfg = {};
 	struct udp_tunnel_sock_cfg tnl = {};
 	struct socket *sock;
 
-	cfg.family = AF_INET;
-	cfg.local_ip.s_addr = htonl(INADDR_ANY);
-	cfg.local_udp_port = htons(port);
-	cfg.bind_ifindex = ndev->ifindex;
-	*err = udp_sock_create4(dev_net(ndev), &cfg, &sock);
+	cfg->bind_ifindex = ndev->ifindex;
+	*err = udp_sock_create(dev_net(ndev), cfg, &sock);
 	if (*err)
 		return NULL;
 	tnl.sk_user_data = user;
@@ -152,26 +152,27 @@ struct socket *mrc_udp_open(struct net_device *ndev, u16 port, void *user,
 	return sock;
 }
 
+struct socket *mrc_udp_open(struct net_device *ndev, u16 port, void *user,
+			    int (*rcv)(struct sock *sk, struct sk_buff *skb), int *err)
+{
+	struct udp_port_cfg cfg = {};
+
+	cfg.family = AF_INET;
+	cfg.local_ip.s_addr = htonl(INADDR_ANY);
+	cfg.local_udp_port = htons(port);
+	return mrc_udp_open_cfg(ndev, &cfg, user, rcv, err);
+}
+
 struct socket *mrc_udp_open6(struct net_device *ndev, u16 port, void *user,
 			     int (*rcv)(struct sock *sk, struct sk_buff *skb), int *err)
 {
 	struct udp_port_cfg cfg = {};
-	struct udp_tunnel_sock_cfg tnl = {};
-	struct socket *sock;
 
 	cfg.family = AF_INET6;
 	cfg.local_ip6 = in6addr_any;
 	cfg.ipv6_v6only = 1;
 	cfg.local_udp_port = htons(port);
-	cfg.bind_ifindex = ndev->ifindex;
-	*err = udp_sock_create6(dev_net(ndev), &cfg, &sock);
-	if (*err)
-		return NULL;
-	tnl.sk_user_data = user;
-	tnl.encap_type = 1;
-	tnl.encap_rcv = rcv;
-	setup_udp_tunnel_sock(dev_net(ndev), sock->sk, &tnl);
-	return sock;
+	return mrc_udp_open_cfg(ndev, &cfg, user, rcv, err);
 }
 
 void mrc_udp_close(struct socket *sock)
