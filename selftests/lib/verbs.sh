@@ -160,7 +160,9 @@ _vb_perf_ok() {
     # shellcheck disable=SC2086
     set -- $row
     [ "$2" = "$_vb_perf_expect" ] || { VB_WHY="$2 iterations reported, expected $_vb_perf_expect"; return 1; }
-    awk -v v="$4" 'BEGIN {exit !(v + 0 > 0)}' && return 0
+    # Any measured figure above zero (a bandwidth rounds to 0.00 MB/s for a few 8-byte
+    # atomics on a slow kernel, while the message rate still shows).
+    echo "$row" | awk '{for (i = 3; i <= NF; i++) if ($i + 0 > 0) exit 0; exit 1}' && return 0
     if grep -q 'Correlation coefficient' "$1".client "$1".client.err; then
         VB_SUMMARY="$VB_SUMMARY (rate not measured: perftest's CPU clock calibration failed under emulation)"
         return 0
