@@ -27,9 +27,11 @@ pub(crate) const GRH_LEN: usize = 40;
 /// Largest payload of one datagram the engine builds (an MTU plus headers fits).
 const TX_BUF: usize = proto::connection::MAX_HEADER + 4096;
 
-/// Receive WQEs a QP on an SRQ holds at a time: enough to keep a connection busy,
-/// few enough that the other QPs on the SRQ are not starved.
-const SRQ_BATCH: usize = 16;
+/// Receive WQEs a QP on an SRQ holds at a time. WQEs it takes are committed to it, so
+/// a QP that holds many while idle starves the others on the SRQ into RNR NAKs
+/// (rdma-core's test_rc_srq_traffic: two QPs, one SRQ). The QP's work tops up before
+/// every received datagram, so a small batch does not limit a busy connection.
+const SRQ_BATCH: usize = 2;
 
 /// Largest UD payload (the largest IB MTU).
 const UD_MAX_PAYLOAD: u32 = 4096;
@@ -572,6 +574,11 @@ impl Engine {
             q.rqr.tail = q.rqr.tail.wrapping_add(1);
             limit |= t.limit_reached;
         }
+        // Straight into the connection: the datagram about to be handled may need it
+        // (otherwise the first message after an idle spell always meets an RNR NAK).
+        if let Some(conn) = self.conn.as_mut().filter(|_| self.connected) {
+            feed_receives(&mut self.q, conn);
+        }
         limit
     }
 
@@ -687,14 +694,7 @@ impl Engine {
                 }
             }
         }
-        while q.rqr.fed != q.rqr.tail {
-            let Some(s) = q.rq[q.rqr.idx(q.rqr.fed)] else { break };
-            let wr = RecvWr { wr_id: q.rqr.idx(q.rqr.fed) as u64, len: s.len };
-            match conn.post_recv(wr) {
-                Ok(()) => q.rqr.fed = q.rqr.fed.wrapping_add(1),
-                Err(_) => break,
-            }
-        }
+        feed_receives(q, conn);
         let mut more = false;
         {
             let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters };
@@ -778,6 +778,18 @@ impl Engine {
 
     fn wc(&self, wr_id: u64, c: &Completion) -> Wc {
         wc_of(self.qpn, wr_id, c)
+    }
+}
+
+/// Hands posted receives to the connection while it has room.
+fn feed_receives(q: &mut Queues, conn: &mut Connection) {
+    while q.rqr.fed != q.rqr.tail {
+        let Some(s) = q.rq[q.rqr.idx(q.rqr.fed)] else { break };
+        let wr = RecvWr { wr_id: q.rqr.idx(q.rqr.fed) as u64, len: s.len };
+        match conn.post_recv(wr) {
+            Ok(()) => q.rqr.fed = q.rqr.fed.wrapping_add(1),
+            Err(_) => break,
+        }
     }
 }
 

@@ -344,6 +344,9 @@ unsafe extern "C" fn qp_run_cb(owner: *mut c_void) {
                 raw::mrc_skb_addrs6(skb, sa6.as_mut_ptr(), da6.as_mut_ptr());
                 raw::mrc_skb_udp_payload(skb, &mut len, &mut sport, &mut ce)
             };
+            if let Some(s) = srq {
+                srq_limit |= eng.refill(s);
+            }
             if !p.is_null() {
                 // SAFETY: `len` readable bytes inside the linear skb, alive until freed.
                 let bytes = unsafe { core::slice::from_raw_parts(p, len as usize) };
