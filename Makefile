@@ -46,7 +46,7 @@ all modules: bindings
 # The bindings depend on the exact kernel configuration: regenerate them whenever
 # KDIR's bindgen command line changes (a different tree or config).
 bindings:
-	@stamp=$$(sha256sum $(KDIR)/rust/bindings/.bindings_generated.rs.cmd $(REPO)/rdma_metaroce/ffi/*.h $(REPO)/rdma_metaroce/ffi/gen-bindings.sh | sha256sum | cut -c1-16); \
+	@stamp=$$(sha256sum $(KDIR)/rust/bindings/.bindings_generated.rs.cmd $(REPO)/rdma_metaroce/ffi/*.h $(REPO)/rdma_metaroce/uapi/*.h $(REPO)/rdma_metaroce/ffi/gen-bindings.sh | sha256sum | cut -c1-16); \
 	if [ ! -f $(BINDINGS) ] || ! grep -q "^// stamp: $$stamp" $(BINDINGS); then \
 		echo "  BINDGEN rdma_metaroce/ffi/bindings_generated.rs"; \
 		$(REPO)/rdma_metaroce/ffi/gen-bindings.sh $(KDIR) $(BINDINGS) && \

@@ -110,7 +110,8 @@ pass "control: without RDMAV_DRIVERS, no stock provider claims mrtest0"
 
 # ---- 3. installed layout ----
 S=$F/stage
-inroot --bind "$F" "$F" --ro-bind "$HERE" "$HERE" -- \
+UAPI=$(cd "$HERE/../rdma_metaroce/uapi" && pwd)
+inroot --bind "$F" "$F" --ro-bind "$HERE" "$HERE" --ro-bind "$UAPI" "$UAPI" -- \
     make -s -C "$HERE" install O="$OUT" DESTDIR="$S" >/dev/null || fail "make install failed"
 pdir=$(cd "$S" && ls -d usr/lib/*/libibverbs)
 [ -f "$S/$pdir/$(basename "$SO")" ] && [ "$(cat "$S/etc/libibverbs.d/metaroce.driver")" = "driver metaroce" ] \

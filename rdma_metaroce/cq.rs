@@ -4,6 +4,7 @@
 //! events (`req_notify_cq`), and overflow detection. Safe code; the FFI layer turns
 //! entries into `struct ib_wc` and calls the consumer's completion handler.
 
+use crate::ffi::UserCq;
 use kernel::new_spinlock;
 use kernel::prelude::*;
 use kernel::sync::SpinLock;
@@ -83,6 +84,9 @@ struct Ring {
     len: usize,
     arm: Arm,
     overflowed: bool,
+    /// The completion ring of a process's CQ: completions go there instead of
+    /// `slots` and the process polls without entering the kernel.
+    user: Option<UserCq>,
 }
 
 /// A completion queue.
@@ -96,41 +100,63 @@ pub(crate) struct Cq {
     /// (softirq), hence a spinlock; nothing allocates or sleeps under it.
     #[pin]
     ring: SpinLock<Ring>,
+    /// Completions the CQ holds (`cqe`).
+    cap: u32,
 }
 
 impl Cq {
-    /// A CQ able to hold `cqe` completions (`EINVAL` above [`MAX_CQE`] or for 0).
-    pub(crate) fn new(cqe: u32) -> Result<impl PinInit<Self, Error>> {
+    /// Checks a requested CQ size (`EINVAL` above [`MAX_CQE`] or for 0).
+    pub(crate) fn check_size(cqe: u32) -> Result {
         if cqe == 0 || cqe > MAX_CQE {
             return Err(EINVAL);
         }
-        let n = cqe as usize;
+        Ok(())
+    }
+
+    /// A CQ able to hold `cqe` completions (`EINVAL` above [`MAX_CQE`] or for 0),
+    /// delivering them into `user` if given.
+    pub(crate) fn new(cqe: u32, user: Option<UserCq>) -> Result<impl PinInit<Self, Error>> {
+        Self::check_size(cqe)?;
+        // A mapped CQ keeps nothing in the kernel.
+        let n = if user.is_some() { 1 } else { cqe as usize };
         let mut slots = KVec::with_capacity(n, GFP_KERNEL)?;
         for _ in 0..n {
             slots.push(None, GFP_KERNEL)?;
         }
-        let ring = Ring { slots, head: 0, len: 0, arm: Arm::None, overflowed: false };
+        let cap = cqe;
+        let ring = Ring { slots, head: 0, len: 0, arm: Arm::None, overflowed: false, user };
         Ok(try_pin_init!(Self {
+            cap,
             ring <- new_spinlock!(ring, "metaroce_cq"),
         }))
     }
 
     /// Capacity (the `cqe` reported back to the consumer).
     pub(crate) fn capacity(&self) -> u32 {
-        self.ring.lock().slots.len() as u32
+        self.cap
     }
 
     /// Adds a completion (called by the data path, possibly in softirq context).
     pub(crate) fn push(&self, wc: Wc, solicited: bool) -> Pushed {
         let mut r = self.ring.lock();
-        let cap = r.slots.len();
-        if r.len == cap || r.overflowed {
-            r.overflowed = true;
+        if r.overflowed {
             return Pushed::Overflow;
         }
-        let tail = (r.head + r.len) % cap;
-        r.slots[tail] = Some(wc);
-        r.len += 1;
+        if let Some(u) = r.user.as_mut() {
+            if !u.push(&wc) {
+                r.overflowed = true;
+                return Pushed::Overflow;
+            }
+        } else {
+            let cap = r.slots.len();
+            if r.len == cap {
+                r.overflowed = true;
+                return Pushed::Overflow;
+            }
+            let tail = (r.head + r.len) % cap;
+            r.slots[tail] = Some(wc);
+            r.len += 1;
+        }
         let notify = match r.arm {
             Arm::None => false,
             Arm::Next => true,
@@ -186,7 +212,7 @@ impl Cq {
         if !(r.arm == Arm::Next && arm == Arm::Solicited) {
             r.arm = arm;
         }
-        r.len > 0
+        r.len > 0 || r.user.as_ref().is_some_and(|u| u.pending())
     }
 }
 
@@ -211,7 +237,7 @@ mod tests {
 
     #[test]
     fn completions_come_out_in_order_and_overflow_is_reported() -> Result {
-        let cq = KBox::pin_init(Cq::new(2)?, GFP_KERNEL)?;
+        let cq = KBox::pin_init(Cq::new(2, None)?, GFP_KERNEL)?;
         assert_eq!(cq.push(wc(1, WcStatus::Success), false), Pushed::Stored { notify: false });
         assert_eq!(cq.push(wc(2, WcStatus::Success), false), Pushed::Stored { notify: false });
         assert_eq!(cq.push(wc(3, WcStatus::Success), false), Pushed::Overflow);
@@ -224,15 +250,15 @@ mod tests {
 
     #[test]
     fn arming_notifies_once_and_respects_solicited() -> Result {
-        let cq = KBox::pin_init(Cq::new(8)?, GFP_KERNEL)?;
+        let cq = KBox::pin_init(Cq::new(8, None)?, GFP_KERNEL)?;
         assert!(!cq.arm(Arm::Solicited));
         assert_eq!(cq.push(wc(1, WcStatus::Success), false), Pushed::Stored { notify: false });
         assert_eq!(cq.push(wc(2, WcStatus::Success), true), Pushed::Stored { notify: true });
         assert_eq!(cq.push(wc(3, WcStatus::Success), true), Pushed::Stored { notify: false });
         assert!(cq.arm(Arm::Next));
         assert_eq!(cq.push(wc(4, WcStatus::RetryExcErr), false), Pushed::Stored { notify: true });
-        assert!(Cq::new(0).is_err());
-        assert!(Cq::new(MAX_CQE + 1).is_err());
+        assert!(Cq::new(0, None).is_err());
+        assert!(Cq::new(MAX_CQE + 1, None).is_err());
         Ok(())
     }
 }

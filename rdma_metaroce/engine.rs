@@ -12,6 +12,7 @@
 //! [`Io`] that transmits (GFP_ATOMIC) and completes.
 
 use crate::cq::{Grh, Wc};
+use crate::ffi::UserQueues;
 use crate::ids::IdTable;
 use crate::mr::{MrTable, Need, PdId};
 use crate::proto::{
@@ -239,6 +240,9 @@ pub(crate) struct Engine {
     counters: EngineCounters,
     /// The connection's statistics at the last `take_counters` (reset on connect).
     last_stats: proto::Stats,
+    /// The send/receive rings a process posts into, for a user RC QP whose provider
+    /// maps them ([`Engine::pull_posted`]); `None`: work arrives through `post_*`.
+    user: Option<UserQueues>,
 }
 
 /// Total byte length of a scatter/gather list (`EINVAL` beyond 2^31).
@@ -305,11 +309,83 @@ impl Engine {
             on_srq: srq_max_sge.is_some(),
             counters: EngineCounters::default(),
             last_stats: proto::Stats::default(),
+            user: None,
         })
     }
 
     pub(crate) fn errored(&self) -> bool {
         self.errored
+    }
+
+    /// Gives the engine the rings its process posts into (at creation).
+    pub(crate) fn attach_user_queues(&mut self, u: UserQueues) {
+        self.user = Some(u);
+    }
+
+    /// The QP's work requests are posted through mapped rings.
+    pub(crate) fn has_user_queues(&self) -> bool {
+        self.user.is_some()
+    }
+
+    /// Takes what the process posted into its mapped rings (see
+    /// [`UserQueues::pull`]).
+    pub(crate) fn pull_posted(&mut self, io: &mut impl Io) {
+        if let Some(mut u) = self.user.take() {
+            u.pull(self, io);
+            self.user = Some(u);
+        }
+    }
+
+    /// Tells the process which ring slots completed work has freed.
+    pub(crate) fn publish_consumed(&self) {
+        if let Some(u) = self.user.as_ref() {
+            u.publish(self);
+        }
+    }
+
+    /// `post_send` would take a request in this state.
+    pub(crate) fn accepts_sends(&self) -> bool {
+        self.can_send || self.errored
+    }
+
+    /// `post_recv` would take a request in this state.
+    pub(crate) fn accepts_recvs(&self) -> bool {
+        (self.can_recv || self.errored) && !self.on_srq
+    }
+
+    /// Free slots in the send queue.
+    pub(crate) fn send_room(&self) -> u32 {
+        self.q.sqr.depth - self.q.sqr.len()
+    }
+
+    /// Free slots in the receive queue.
+    pub(crate) fn recv_room(&self) -> u32 {
+        self.q.rqr.depth - self.q.rqr.len()
+    }
+
+    /// Work requests held (posted, not yet completed): (send, receive).
+    pub(crate) fn held(&self) -> (u32, u32) {
+        (self.q.sqr.len(), self.q.rqr.len())
+    }
+
+    /// A work request from a mapped ring that `post_send`/`post_recv` refused: it
+    /// completes with a local QP operation error and the QP goes to the error state
+    /// (verbs: a malformed WQE found by the device is a local QP operation error).
+    pub(crate) fn reject_posted(&mut self, io: &mut impl Io, recv: bool, wr_id: u64) {
+        let wc = Wc {
+            qpn: self.qpn,
+            qp_handle: 0,
+            wr_id,
+            status: WcStatus::LocQpOpErr,
+            opcode: if recv { WcOpcode::Recv } else { WcOpcode::Send },
+            byte_len: 0,
+            src_qp: 0,
+            imm: None,
+            invalidated_rkey: None,
+            grh: Grh::None,
+        };
+        io.complete(recv, wc, false);
+        self.to_error();
     }
 
     /// Counters accumulated since the last call.
@@ -424,6 +500,11 @@ impl Engine {
         self.can_send = false;
         self.can_recv = false;
         self.errored = false;
+        // Including what is still waiting in the process's rings.
+        if let Some(u) = self.user.as_mut() {
+            u.discard_posted();
+        }
+        self.publish_consumed();
     }
 
     /// Reports the data path's state as named values (`rdma resource show qp -dd`),
@@ -753,9 +834,13 @@ impl Engine {
     }
 
     /// Delivers finished work in posting order.
+    ///
+    /// A process that polls a completion may post again at once, into the slot
+    /// the completed request held: the slot is published free before the
+    /// completion is.
     fn retire(&mut self, io: &mut impl Io) {
-        let qpn = self.qpn;
-        let q = &mut self.q;
+        let (qpn, errored) = (self.qpn, self.errored);
+        let (q, user) = (&mut self.q, self.user.as_ref());
         while q.sqr.head != q.sqr.fed {
             let i = q.sqr.idx(q.sqr.head);
             let Some(s) = q.sq[i] else { break };
@@ -763,6 +848,9 @@ impl Engine {
             q.sq[i] = None;
             q.sqr.head = q.sqr.head.wrapping_add(1);
             if s.signaled || c.status != WcStatus::Success {
+                if let Some(u) = user {
+                    u.publish_held(q.sqr.len(), q.rqr.len(), errored);
+                }
                 io.complete(false, wc_of(qpn, s.wr_id, &c), false);
             }
         }
@@ -772,6 +860,9 @@ impl Engine {
             let Some(c) = s.done else { break };
             q.rq[i] = None;
             q.rqr.head = q.rqr.head.wrapping_add(1);
+            if let Some(u) = user {
+                u.publish_held(q.sqr.len(), q.rqr.len(), errored);
+            }
             io.complete(true, wc_of(qpn, s.wr_id, &c), c.solicited);
         }
     }
@@ -829,24 +920,31 @@ impl Engine {
             grh: Grh::None,
         };
         // Only once the connection's own completions are out (`head == fed`).
-        let q = &mut self.q;
+        // Slots are published free before their completions (see `retire`).
+        let (q, user) = (&mut self.q, self.user.as_ref());
         if q.sqr.head == q.sqr.fed {
             while q.sqr.head != q.sqr.tail {
                 let i = q.sqr.idx(q.sqr.head);
+                q.sqr.head = q.sqr.head.wrapping_add(1);
                 if let Some(s) = q.sq[i].take() {
+                    if let Some(u) = user {
+                        u.publish_held(q.sqr.len(), q.rqr.len(), true);
+                    }
                     io.complete(false, flush(s.wr_id, WcOpcode::of(s.wr.opcode), self.qpn), false);
                 }
-                q.sqr.head = q.sqr.head.wrapping_add(1);
             }
             q.sqr.fed = q.sqr.head;
         }
         if q.rqr.head == q.rqr.fed {
             while q.rqr.head != q.rqr.tail {
                 let i = q.rqr.idx(q.rqr.head);
+                q.rqr.head = q.rqr.head.wrapping_add(1);
                 if let Some(s) = q.rq[i].take() {
+                    if let Some(u) = user {
+                        u.publish_held(q.sqr.len(), q.rqr.len(), true);
+                    }
                     io.complete(true, flush(s.wr_id, WcOpcode::Recv, self.qpn), false);
                 }
-                q.rqr.head = q.rqr.head.wrapping_add(1);
             }
             q.rqr.fed = q.rqr.head;
         }

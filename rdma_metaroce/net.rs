@@ -57,10 +57,17 @@ pub(crate) enum Counter {
     EcnMarked,
     /// Data packets placed ahead of a missing earlier one (out-of-order placement).
     OutOfOrder,
+    /// Send doorbells: a process posted sends into a QP's mapped ring.
+    Doorbells,
+    /// Work requests a process posted through uverbs commands (UD QPs, SRQs, or a
+    /// provider that does not map the rings).
+    CmdPosts,
+    /// Poll commands on a process's CQ (a provider that does not map the ring).
+    CmdPolls,
 }
 
 /// Counter names as shown by `rdma statistic show link DEV/1`.
-pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 20] = [
+pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 23] = [
     c"rx_packets",
     c"rx_bytes",
     c"rx_malformed",
@@ -81,6 +88,9 @@ pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 20] = [
     c"ud_dropped",
     c"ecn_marked",
     c"out_of_order",
+    c"doorbells",
+    c"cmd_posts",
+    c"cmd_polls",
 ];
 
 /// Per-device counters (lock-free; updated from softirq).
@@ -170,5 +180,6 @@ mod tests {
         assert_eq!(s[Counter::RxMalformed as usize], 1);
         assert_eq!(s[Counter::RxDropped as usize], 0);
         assert_eq!(COUNTER_NAMES[Counter::RxNoConnection as usize], c"rx_no_connection");
+        assert_eq!(COUNTER_NAMES[Counter::CmdPolls as usize], c"cmd_polls");
     }
 }

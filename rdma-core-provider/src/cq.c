@@ -2,7 +2,10 @@
 /*
  * MetaRoCE provider: completion queues.
  *
- * v1 polls through the kernel (ibv_cmd_poll_cq). The extended CQ API
+ * With a mapped completion ring (the module offers one for every CQ a
+ * process creates) polling reads the ring and never enters the kernel; the
+ * command path (ibv_cmd_poll_cq) remains for a module without rings.
+ * Arming (req_notify_cq) is a command either way. The extended CQ API
  * (ibv_create_cq_ex, ibv_start_poll/ibv_next_poll/ibv_wc_read_*) is
  * emulated on top of the same poll path: start_poll fetches a small batch
  * of completions, next_poll walks it, and the readers return fields of the
@@ -34,6 +37,60 @@ const struct metaroce_cq_path metaroce_cq_cmd_path = {
 	.req_notify = cmd_req_notify,
 };
 
+/* ---- ring path ---- */
+
+static int ring_poll(struct metaroce_cq *cq, int ne, struct ibv_wc *wc)
+{
+	struct metaroce_uring *r = &cq->ring;
+	uint32_t cons, prod;
+	int n = 0;
+
+	pthread_spin_lock(&r->lock);
+	cons = *r->consumer;
+	prod = __atomic_load_n(r->producer, __ATOMIC_ACQUIRE);
+	while (n < ne && cons != prod) {
+		const struct ib_uverbs_wc *e = metaroce_uring_slot(r, cons);
+		struct ibv_wc *w = &wc[n++];
+
+		w->wr_id = e->wr_id;
+		w->status = e->status;
+		w->opcode = e->opcode;
+		w->vendor_err = e->vendor_err;
+		w->byte_len = e->byte_len;
+		w->imm_data = e->ex.imm_data;
+		w->qp_num = e->qp_num;
+		w->src_qp = e->src_qp;
+		w->wc_flags = e->wc_flags;
+		w->pkey_index = e->pkey_index;
+		w->slid = e->slid;
+		w->sl = e->sl;
+		w->dlid_path_bits = e->dlid_path_bits;
+		cons++;
+	}
+	/* The slots read are the kernel's again. */
+	__atomic_store_n(r->consumer, cons, __ATOMIC_RELEASE);
+	pthread_spin_unlock(&r->lock);
+	return n;
+}
+
+const struct metaroce_cq_path metaroce_cq_ring_path = {
+	.name = "ring",
+	.poll = ring_poll,
+	.req_notify = cmd_req_notify,
+};
+
+/* Switches a new CQ to its mapped ring, if the module sent one. */
+static int cq_use_ring(struct ibv_context *ctx, struct metaroce_cq *cq,
+		       const struct metaroce_create_cq_resp *drv)
+{
+	int ret = metaroce_uring_map(ctx, &cq->ring, &drv->cq,
+				     sizeof(struct ib_uverbs_wc));
+
+	if (!ret && cq->ring.num)
+		cq->path = &metaroce_cq_ring_path;
+	return ret;
+}
+
 /* ---- verbs entry points ---- */
 
 static struct metaroce_cq *cq_alloc(void)
@@ -51,6 +108,7 @@ static struct metaroce_cq *cq_alloc(void)
 
 static void cq_free(struct metaroce_cq *cq)
 {
+	metaroce_uring_unmap(&cq->ring);
 	pthread_mutex_destroy(&cq->lock);
 	free(cq);
 }
@@ -60,7 +118,10 @@ struct ibv_cq *metaroce_create_cq(struct ibv_context *ctx, int cqe,
 				  int comp_vector)
 {
 	struct ibv_create_cq cmd = {};
-	struct ib_uverbs_create_cq_resp resp = {};
+	struct {
+		struct ib_uverbs_create_cq_resp ibv_resp;
+		struct metaroce_create_cq_resp drv;
+	} resp = {};
 	struct metaroce_cq *cq;
 	int ret;
 
@@ -68,8 +129,15 @@ struct ibv_cq *metaroce_create_cq(struct ibv_context *ctx, int cqe,
 	if (!cq)
 		return NULL;
 	ret = ibv_cmd_create_cq(ctx, cqe, channel, comp_vector, &cq->vcq.cq,
-				&cmd, sizeof(cmd), &resp, sizeof(resp));
+				&cmd, sizeof(cmd), &resp.ibv_resp, sizeof(resp));
 	if (ret) {
+		cq_free(cq);
+		errno = ret;
+		return NULL;
+	}
+	ret = cq_use_ring(ctx, cq, &resp.drv);
+	if (ret) {
+		ibv_cmd_destroy_cq(&cq->vcq.cq);
 		cq_free(cq);
 		errno = ret;
 		return NULL;
@@ -262,7 +330,10 @@ struct ibv_cq_ex *metaroce_create_cq_ex(struct ibv_context *ctx,
 					struct ibv_cq_init_attr_ex *attr)
 {
 	struct ibv_create_cq_ex cmd = {};
-	struct ib_uverbs_ex_create_cq_resp resp = {};
+	struct {
+		struct ib_uverbs_ex_create_cq_resp ibv_resp;
+		struct metaroce_create_cq_resp drv;
+	} resp = {};
 	struct metaroce_cq *cq;
 	struct ibv_cq_ex *cqx;
 	int ret;
@@ -278,8 +349,15 @@ struct ibv_cq_ex *metaroce_create_cq_ex(struct ibv_context *ctx,
 	if (!cq)
 		return NULL;
 	ret = ibv_cmd_create_cq_ex(ctx, attr, NULL, &cq->vcq, &cmd, sizeof(cmd),
-				   &resp, sizeof(resp), 0);
+				   &resp.ibv_resp, sizeof(resp), 0);
 	if (ret) {
+		cq_free(cq);
+		errno = ret;
+		return NULL;
+	}
+	ret = cq_use_ring(ctx, cq, &resp.drv);
+	if (ret) {
+		ibv_cmd_destroy_cq(ibv_cq_ex_to_cq(&cq->vcq.cq_ex));
 		cq_free(cq);
 		errno = ret;
 		return NULL;

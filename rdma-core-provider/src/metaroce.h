@@ -2,12 +2,12 @@
 /*
  * MetaRoCE userspace verbs provider for rdma-core (private provider ABI 65).
  *
- * Version 1 is "command based": every verb is a uverbs command to the kernel
- * module, with no driver-specific request or response data. Objects that
- * will later get a userspace fast path (CQ polling, QP/SRQ posting) reach
- * their data path through a small per-object ops table, chosen when the
- * object is created, so that a mapped-ring implementation can replace the
- * command path one object at a time without touching the verbs glue.
+ * Objects with a data path (CQ polling, QP/SRQ posting) reach it through a
+ * small per-object ops table chosen at creation: the "ring" path when the
+ * module mapped the object's queues into the process (CQs, and the send and
+ * receive queues of RC QPs; see rdma_user_metaroce.h), else the "cmd" path,
+ * where every operation is a uverbs command (UD QPs, SRQs, and any object of
+ * a module that offers no rings).
  */
 #ifndef METAROCE_PROVIDER_H
 #define METAROCE_PROVIDER_H
@@ -19,6 +19,8 @@
 
 #include <infiniband/driver.h>
 #include <infiniband/verbs.h>
+
+#include <rdma_user_metaroce.h>
 
 /* The uverbs ABI version the kernel module reports (abi_version in sysfs). */
 #define METAROCE_UVERBS_ABI_VERSION 1
@@ -34,6 +36,29 @@ struct metaroce_context {
 struct metaroce_cq;
 struct metaroce_qp;
 struct metaroce_srq;
+
+/* One ring mapped from the module (layout: rdma_user_metaroce.h). */
+struct metaroce_uring {
+	void *map;
+	size_t map_size;
+	uint32_t num;			/* entries; 0 = not mapped */
+	uint32_t stride;		/* bytes per entry */
+	uint32_t *producer;
+	uint32_t *consumer;
+	uint8_t *entries;
+	pthread_spinlock_t lock;	/* serialises this side's users */
+};
+
+static inline void *metaroce_uring_slot(struct metaroce_uring *r, uint32_t i)
+{
+	return r->entries + (size_t)(i % r->num) * r->stride;
+}
+
+/* ring.c */
+int metaroce_uring_map(struct ibv_context *ctx, struct metaroce_uring *r,
+		       const struct metaroce_ring_info *info,
+		       size_t min_entry_size);
+void metaroce_uring_unmap(struct metaroce_uring *r);
 
 /* Data path of one CQ. v1: metaroce_cq_cmd_path (ibv_cmd_poll_cq, ...). */
 struct metaroce_cq_path {
@@ -75,6 +100,7 @@ struct metaroce_cq {
 	int head, count;		/* buffered completions wc[head..head+count) */
 	struct ibv_wc *cur;		/* the one start/next_poll returned */
 	struct ibv_wc wc[METAROCE_CQ_BATCH];
+	struct metaroce_uring ring;	/* completions, when mapped */
 };
 
 /* One work request built with the ibv_wr_* API, kept until wr_complete. */
@@ -96,6 +122,12 @@ struct metaroce_qp {
 	struct verbs_qp vqp;
 	const struct metaroce_qp_path *path;
 	struct metaroce_wr_batch batch;
+	/* Ring path only: */
+	struct metaroce_uring sq, rq;
+	uint32_t max_send_sge, max_recv_sge, max_inline;
+	/* The state as this process last set it (the module may move the QP to
+	 * ERR on its own; posting is then still accepted and flushed). */
+	enum ibv_qp_state state;
 };
 
 struct metaroce_srq {
@@ -144,6 +176,7 @@ static inline struct metaroce_ah *to_mah(struct ibv_ah *ah)
 
 /* cq.c */
 extern const struct metaroce_cq_path metaroce_cq_cmd_path;
+extern const struct metaroce_cq_path metaroce_cq_ring_path;
 struct ibv_cq *metaroce_create_cq(struct ibv_context *ctx, int cqe,
 				  struct ibv_comp_channel *channel,
 				  int comp_vector);
@@ -156,6 +189,7 @@ int metaroce_destroy_cq(struct ibv_cq *cq);
 
 /* qp.c */
 extern const struct metaroce_qp_path metaroce_qp_cmd_path;
+extern const struct metaroce_qp_path metaroce_qp_ring_path;
 extern const struct metaroce_srq_path metaroce_srq_cmd_path;
 struct ibv_qp *metaroce_create_qp(struct ibv_pd *pd,
 				  struct ibv_qp_init_attr *attr);

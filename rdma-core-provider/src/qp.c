@@ -2,9 +2,11 @@
 /*
  * MetaRoCE provider: queue pairs and shared receive queues.
  *
- * v1 posts work requests through the kernel (ibv_cmd_post_send/recv,
- * ibv_cmd_post_srq_recv). The per-object path pointer is where a mapped
- * send/receive ring with a doorbell will plug in later.
+ * RC QPs post into send and receive rings the module maps into the process:
+ * a receive is a store to memory; sends are stores followed by one doorbell
+ * command per ibv_post_send call (a post_send command with no work
+ * requests), which wakes the QP's kernel work. UD QPs (whose work requests
+ * name address handles) and SRQs post through uverbs commands.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -38,6 +40,238 @@ static int srq_cmd_post_recv(struct metaroce_srq *srq, struct ibv_recv_wr *wr,
 	return ibv_cmd_post_srq_recv(&srq->vsrq.srq, wr, bad_wr);
 }
 
+/* ---- ring path ---- */
+
+/* The checks the kernel's command path makes, made before the ring is touched
+ * (a WQE the module finds malformed puts the QP in error instead). */
+static int ring_check_send(struct metaroce_qp *qp, const struct ibv_send_wr *wr,
+			   uint32_t *inline_len)
+{
+	uint32_t len = 0;
+	int i;
+
+	switch (wr->opcode) {
+	case IBV_WR_SEND:
+	case IBV_WR_SEND_WITH_IMM:
+	case IBV_WR_SEND_WITH_INV:
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+	case IBV_WR_RDMA_READ:
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		break;
+	default:
+		return EINVAL;
+	}
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->max_send_sge)
+		return EINVAL;
+	*inline_len = 0;
+	if (wr->send_flags & IBV_SEND_INLINE) {
+		for (i = 0; i < wr->num_sge; i++)
+			len += wr->sg_list[i].length;
+		if (len > qp->max_inline)
+			return EINVAL;
+		*inline_len = len;
+	}
+	return 0;
+}
+
+static void ring_write_send(struct metaroce_qp *qp, void *slot,
+			    const struct ibv_send_wr *wr, uint32_t inline_len)
+{
+	struct metaroce_send_wqe *w = slot;
+	uint8_t *tail = (uint8_t *)(w + 1);
+	int i;
+
+	w->wr_id = wr->wr_id;
+	w->opcode = wr->opcode;	/* enum ibv_wr_opcode = ib_uverbs_wr_opcode */
+	w->send_flags = wr->send_flags;
+	w->ex = wr->opcode == IBV_WR_SEND_WITH_INV ? wr->invalidate_rkey :
+						      wr->imm_data;
+	w->remote_addr = 0;
+	w->rkey = 0;
+	w->compare_add = 0;
+	w->swap = 0;
+	w->reserved = 0;
+	switch (wr->opcode) {
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+	case IBV_WR_RDMA_READ:
+		w->remote_addr = wr->wr.rdma.remote_addr;
+		w->rkey = wr->wr.rdma.rkey;
+		break;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		w->remote_addr = wr->wr.atomic.remote_addr;
+		w->rkey = wr->wr.atomic.rkey;
+		w->compare_add = wr->wr.atomic.compare_add;
+		w->swap = wr->wr.atomic.swap;
+		break;
+	default:
+		break;
+	}
+	if (wr->send_flags & IBV_SEND_INLINE) {
+		/* Inline data is copied now: the buffers are the caller's again
+		 * when ibv_post_send returns. */
+		w->num_sge = 0;
+		w->inline_len = inline_len;
+		for (i = 0; i < wr->num_sge; i++) {
+			memcpy(tail, (void *)(uintptr_t)wr->sg_list[i].addr,
+			       wr->sg_list[i].length);
+			tail += wr->sg_list[i].length;
+		}
+	} else {
+		struct metaroce_sge *sge = (struct metaroce_sge *)tail;
+
+		w->num_sge = wr->num_sge;
+		w->inline_len = 0;
+		for (i = 0; i < wr->num_sge; i++) {
+			sge[i].addr = wr->sg_list[i].addr;
+			sge[i].length = wr->sg_list[i].length;
+			sge[i].lkey = wr->sg_list[i].lkey;
+		}
+	}
+}
+
+static int ring_post_send(struct metaroce_qp *qp, struct ibv_send_wr *wr,
+			  struct ibv_send_wr **bad_wr)
+{
+	struct metaroce_uring *r = &qp->sq;
+	struct ibv_send_wr *first = wr, *dummy;
+	uint32_t prod, cons, start, inline_len;
+	int ret = 0;
+
+	/* Verbs: sending needs RTS (or SQD); in ERR requests are flushed (and
+	 * the doorbell below makes the module do it). */
+	if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD &&
+	    qp->state != IBV_QPS_ERR) {
+		*bad_wr = wr;
+		return EINVAL;
+	}
+	pthread_spin_lock(&r->lock);
+	start = prod = *r->producer;
+	cons = __atomic_load_n(r->consumer, __ATOMIC_ACQUIRE);
+	for (; wr; wr = wr->next) {
+		ret = ring_check_send(qp, wr, &inline_len);
+		if (!ret && prod - cons >= r->num) {
+			cons = __atomic_load_n(r->consumer, __ATOMIC_ACQUIRE);
+			if (prod - cons >= r->num)
+				ret = ENOMEM;
+		}
+		if (ret) {
+			*bad_wr = wr;
+			break;
+		}
+		ring_write_send(qp, metaroce_uring_slot(r, prod), wr,
+				inline_len);
+		prod++;
+	}
+	if (prod != start) {
+		int db;
+
+		__atomic_store_n(r->producer, prod, __ATOMIC_RELEASE);
+		db = ibv_cmd_post_send(&qp->vqp.qp, NULL, &dummy);
+		if (db) {
+			/* The module refused (the QP is not in a sending state):
+			 * nothing was taken, withdraw it all. */
+			__atomic_store_n(r->producer, start, __ATOMIC_RELEASE);
+			*bad_wr = first;
+			ret = db;
+		}
+	}
+	pthread_spin_unlock(&r->lock);
+	return ret;
+}
+
+static int ring_post_recv(struct metaroce_qp *qp, struct ibv_recv_wr *wr,
+			  struct ibv_recv_wr **bad_wr)
+{
+	struct metaroce_uring *r = &qp->rq;
+	struct ibv_recv_wr *dummy;
+	uint32_t prod, cons, start;
+	int ret = 0, i;
+
+	if (qp->state == IBV_QPS_RESET) {
+		*bad_wr = wr;
+		return EINVAL;
+	}
+	pthread_spin_lock(&r->lock);
+	start = prod = *r->producer;
+	cons = __atomic_load_n(r->consumer, __ATOMIC_ACQUIRE);
+	for (; wr; wr = wr->next) {
+		struct metaroce_recv_wqe *w;
+		struct metaroce_sge *sge;
+
+		if (wr->num_sge < 0 ||
+		    (uint32_t)wr->num_sge > qp->max_recv_sge) {
+			ret = EINVAL;
+		} else if (prod - cons >= r->num) {
+			cons = __atomic_load_n(r->consumer, __ATOMIC_ACQUIRE);
+			if (prod - cons >= r->num)
+				ret = ENOMEM;
+		}
+		if (ret) {
+			*bad_wr = wr;
+			break;
+		}
+		w = metaroce_uring_slot(r, prod);
+		sge = (struct metaroce_sge *)(w + 1);
+		w->wr_id = wr->wr_id;
+		w->num_sge = wr->num_sge;
+		w->reserved = 0;
+		for (i = 0; i < wr->num_sge; i++) {
+			sge[i].addr = wr->sg_list[i].addr;
+			sge[i].length = wr->sg_list[i].length;
+			sge[i].lkey = wr->sg_list[i].lkey;
+		}
+		prod++;
+	}
+	if (prod != start) {
+		__atomic_store_n(r->producer, prod, __ATOMIC_RELEASE);
+		/* The module looks at the ring when a message arrives; in ERR
+		 * nothing arrives, so wake it to flush what was just posted. It
+		 * may have moved the QP to ERR by itself (a fatal remote error):
+		 * then it says so in the ring header. */
+		if (qp->state == IBV_QPS_ERR ||
+		    __atomic_load_n(&((struct metaroce_ring_hdr *)r->map)->flags,
+				    __ATOMIC_ACQUIRE) & METAROCE_RING_F_ERROR)
+			ibv_cmd_post_recv(&qp->vqp.qp, NULL, &dummy);
+	}
+	pthread_spin_unlock(&r->lock);
+	return ret;
+}
+
+const struct metaroce_qp_path metaroce_qp_ring_path = {
+	.name = "ring",
+	.post_send = ring_post_send,
+	.post_recv = ring_post_recv,
+};
+
+/* Switches a new QP to its mapped rings, if the module sent them. */
+static int qp_use_rings(struct ibv_context *ctx, struct metaroce_qp *qp,
+			const struct metaroce_create_qp_resp *drv,
+			const struct ibv_qp_cap *cap)
+{
+	int ret;
+
+	if (!drv->sq.num_entries)
+		return 0;
+	ret = metaroce_uring_map(ctx, &qp->sq, &drv->sq,
+				 sizeof(struct metaroce_send_wqe));
+	if (!ret)
+		ret = metaroce_uring_map(ctx, &qp->rq, &drv->rq,
+					 sizeof(struct metaroce_recv_wqe));
+	if (ret) {
+		metaroce_uring_unmap(&qp->sq);
+		return ret;
+	}
+	qp->max_send_sge = cap->max_send_sge;
+	qp->max_recv_sge = cap->max_recv_sge;
+	qp->max_inline = cap->max_inline_data;
+	qp->path = &metaroce_qp_ring_path;
+	return 0;
+}
+
 const struct metaroce_srq_path metaroce_srq_cmd_path = {
 	.name = "cmd",
 	.post_recv = srq_cmd_post_recv,
@@ -59,6 +293,8 @@ static struct metaroce_qp *qp_alloc(void)
 
 static void qp_free(struct metaroce_qp *qp)
 {
+	metaroce_uring_unmap(&qp->sq);
+	metaroce_uring_unmap(&qp->rq);
 	metaroce_wr_api_cleanup(qp);
 	free(qp);
 }
@@ -67,7 +303,10 @@ struct ibv_qp *metaroce_create_qp(struct ibv_pd *pd,
 				  struct ibv_qp_init_attr *attr)
 {
 	struct ibv_create_qp cmd = {};
-	struct ib_uverbs_create_qp_resp resp = {};
+	struct {
+		struct ib_uverbs_create_qp_resp ibv_resp;
+		struct metaroce_create_qp_resp drv;
+	} resp = {};
 	struct metaroce_qp *qp;
 	int ret;
 
@@ -75,8 +314,15 @@ struct ibv_qp *metaroce_create_qp(struct ibv_pd *pd,
 	if (!qp)
 		return NULL;
 	ret = ibv_cmd_create_qp(pd, &qp->vqp.qp, attr, &cmd, sizeof(cmd),
-				&resp, sizeof(resp));
+				&resp.ibv_resp, sizeof(resp));
 	if (ret) {
+		qp_free(qp);
+		errno = ret;
+		return NULL;
+	}
+	ret = qp_use_rings(pd->context, qp, &resp.drv, &attr->cap);
+	if (ret) {
+		ibv_cmd_destroy_qp(&qp->vqp.qp);
 		qp_free(qp);
 		errno = ret;
 		return NULL;
@@ -88,7 +334,10 @@ struct ibv_qp *metaroce_create_qp_ex(struct ibv_context *ctx,
 				     struct ibv_qp_init_attr_ex *attr)
 {
 	struct ibv_create_qp cmd = {};
-	struct ib_uverbs_create_qp_resp resp = {};
+	struct {
+		struct ib_uverbs_create_qp_resp ibv_resp;
+		struct metaroce_create_qp_resp drv;
+	} resp = {};
 	struct ibv_qp_init_attr_ex kattr;
 	struct metaroce_qp *qp;
 	bool wr_api = attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
@@ -120,13 +369,20 @@ struct ibv_qp *metaroce_create_qp_ex(struct ibv_context *ctx,
 	if (!qp)
 		return NULL;
 	ret = ibv_cmd_create_qp_ex(ctx, &qp->vqp, &kattr, &cmd, sizeof(cmd),
-				   &resp, sizeof(resp));
+				   &resp.ibv_resp, sizeof(resp));
 	if (ret) {
 		qp_free(qp);
 		errno = ret;
 		return NULL;
 	}
 	attr->cap = kattr.cap;
+	ret = qp_use_rings(ctx, qp, &resp.drv, &kattr.cap);
+	if (ret) {
+		ibv_cmd_destroy_qp(&qp->vqp.qp);
+		qp_free(qp);
+		errno = ret;
+		return NULL;
+	}
 
 	if (wr_api) {
 		qp->vqp.comp_mask |= VERBS_QP_EX;
@@ -148,8 +404,12 @@ int metaroce_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr,
 		       int attr_mask)
 {
 	struct ibv_modify_qp cmd = {};
+	int ret;
 
-	return ibv_cmd_modify_qp(qp, attr, attr_mask, &cmd, sizeof(cmd));
+	ret = ibv_cmd_modify_qp(qp, attr, attr_mask, &cmd, sizeof(cmd));
+	if (!ret && attr_mask & IBV_QP_STATE)
+		to_mqp(qp)->state = attr->qp_state;
+	return ret;
 }
 
 int metaroce_destroy_qp(struct ibv_qp *ibqp)

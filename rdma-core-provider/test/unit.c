@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "metaroce.h"
 
@@ -29,6 +31,25 @@ static int failures;
 	} while (0)
 
 /* ---- stubs for libibverbs' command helpers ---- */
+
+/*
+ * The fake module's mapped rings: when ring_fd is set, create_cq/create_qp
+ * answer with rings in a memfd (the fake context's command fd), which the
+ * tests also map to play the kernel's side.
+ */
+static int ring_fd = -1;
+#define RING_CQ_OFF 0
+#define RING_SQ_OFF 65536
+#define RING_RQ_OFF 131072
+#define RING_FILE 196608
+static void fill_ring(struct metaroce_ring_info *r, uint64_t off, uint32_t n,
+		      uint32_t stride)
+{
+	r->mmap_offset = off;
+	r->num_entries = n;
+	r->entry_size = stride;
+	r->mmap_size = METAROCE_RING_ENTRIES + (uint64_t)n * stride;
+}
 
 #define MAX_POSTED 64
 static struct {
@@ -107,6 +128,9 @@ int ibv_cmd_create_cq(struct ibv_context *context, int cqe,
 {
 	cq->context = context;
 	cq->cqe = cqe;
+	if (ring_fd >= 0)
+		fill_ring(&((struct metaroce_create_cq_resp *)(resp + 1))->cq,
+			  RING_CQ_OFF, cqe, sizeof(struct ib_uverbs_wc));
 	return 0;
 }
 
@@ -138,6 +162,17 @@ int ibv_cmd_create_qp(struct ibv_pd *pd, struct ibv_qp *qp,
 		      size_t cmd_size, struct ib_uverbs_create_qp_resp *resp,
 		      size_t resp_size)
 {
+	qp->context = pd->context;
+	qp->qp_type = attr->qp_type;
+	if (ring_fd >= 0 && resp_size >= sizeof(*resp) +
+					  sizeof(struct metaroce_create_qp_resp)) {
+		struct metaroce_create_qp_resp *drv = (void *)(resp + 1);
+
+		fill_ring(&drv->sq, RING_SQ_OFF, attr->cap.max_send_wr,
+			  sizeof(struct metaroce_send_wqe) + 64);
+		fill_ring(&drv->rq, RING_RQ_OFF, attr->cap.max_recv_wr,
+			  sizeof(struct metaroce_recv_wqe) + 32);
+	}
 	return 0;
 }
 
@@ -414,16 +449,147 @@ static void test_plain_cq(void)
 	CHECK(metaroce_destroy_cq(cq) == 0);
 }
 
+/* The ring path: what the provider writes is what the module's layout says,
+ * and posting receives and polling never call into the kernel. */
+static void test_rings(void)
+{
+	struct ibv_qp_init_attr init = {
+		.qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 2, .max_recv_wr = 4, .max_send_sge = 4,
+			 .max_recv_sge = 2, .max_inline_data = 64 },
+	};
+	struct ibv_qp_attr rts = { .qp_state = IBV_QPS_RTS };
+	struct ibv_send_wr w[3] = {}, *bad;
+	struct ibv_recv_wr rw = {}, *rbad;
+	struct ibv_sge sg[2] = { { 0x1000, 100, 7 }, { 0x2000, 50, 8 } };
+	char msg[] = "inline!";
+	struct ibv_sge isg = { (uintptr_t)msg, sizeof(msg), 0 };
+	struct ibv_wc wc[4];
+	struct ibv_qp *qp;
+	struct ibv_cq *cq;
+	uint8_t *k;	/* the kernel's view of the memfd */
+
+	ring_fd = memfd_create("metaroce-unit", 0);
+	CHECK(ring_fd >= 0 && ftruncate(ring_fd, RING_FILE) == 0);
+	k = mmap(NULL, RING_FILE, PROT_READ | PROT_WRITE, MAP_SHARED, ring_fd, 0);
+	CHECK(k != MAP_FAILED);
+	fake_ctx.cmd_fd = ring_fd;
+	fake_pd.context = &fake_ctx;
+
+	qp = metaroce_create_qp(&fake_pd, &init);
+	CHECK(qp && to_mqp(qp)->path == &metaroce_qp_ring_path);
+	if (!qp || k == MAP_FAILED)
+		goto out;
+	struct metaroce_ring_hdr *sq = (void *)(k + RING_SQ_OFF);
+	struct metaroce_ring_hdr *rq = (void *)(k + RING_RQ_OFF);
+	struct metaroce_send_wqe *e0 = (void *)(k + RING_SQ_OFF + METAROCE_RING_ENTRIES);
+	struct metaroce_send_wqe *e1 = (void *)((uint8_t *)e0 + sizeof(*e0) + 64);
+
+	/* Not yet RTS: refused before the ring is touched. */
+	w[0].wr_id = 11;
+	w[0].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+	w[0].num_sge = 2;
+	w[0].sg_list = sg;
+	w[0].imm_data = htobe32(0xabcd);
+	w[0].wr.rdma.remote_addr = 0x5000;
+	w[0].wr.rdma.rkey = 0x77;
+	w[0].next = &w[1];
+	w[1].wr_id = 12;
+	w[1].opcode = IBV_WR_SEND;
+	w[1].num_sge = 1;
+	w[1].sg_list = &isg;
+	w[1].send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
+	w[1].next = &w[2];
+	w[2] = w[1];
+	w[2].wr_id = 13;
+	w[2].next = NULL;
+	CHECK(metaroce_post_send(qp, w, &bad) == EINVAL && bad == w);
+	CHECK(sq->producer == 0);
+
+	CHECK(metaroce_modify_qp(qp, &rts, IBV_QP_STATE) == 0);
+	posted.calls = 0;
+	/* Two fit; the third finds the ring full (nothing has completed). */
+	CHECK(metaroce_post_send(qp, w, &bad) == ENOMEM && bad == &w[2]);
+	CHECK(sq->producer == 2);
+	CHECK(posted.calls == 1 && posted.n == 0);	/* one doorbell */
+	CHECK(e0->wr_id == 11 && e0->opcode == IBV_WR_RDMA_WRITE_WITH_IMM &&
+	      e0->num_sge == 2 && e0->ex == htobe32(0xabcd) &&
+	      e0->remote_addr == 0x5000 && e0->rkey == 0x77);
+	struct metaroce_sge *s0 = (void *)(e0 + 1);
+	CHECK(s0[0].addr == 0x1000 && s0[0].length == 100 && s0[0].lkey == 7 &&
+	      s0[1].addr == 0x2000 && s0[1].length == 50 && s0[1].lkey == 8);
+	CHECK(e1->wr_id == 12 && e1->num_sge == 0 &&
+	      e1->inline_len == sizeof(msg) &&
+	      e1->send_flags == (IBV_SEND_INLINE | IBV_SEND_SIGNALED) &&
+	      memcmp(e1 + 1, msg, sizeof(msg)) == 0);
+	/* The kernel completes one: its slot is free again. */
+	__atomic_store_n(&sq->consumer, 1, __ATOMIC_RELEASE);
+	CHECK(metaroce_post_send(qp, &w[2], &bad) == 0 && sq->producer == 3);
+	/* More SGEs than the QP has: EINVAL, nothing written. */
+	w[0].num_sge = 5;
+	w[0].next = NULL;
+	__atomic_store_n(&sq->consumer, 3, __ATOMIC_RELEASE);
+	CHECK(metaroce_post_send(qp, w, &bad) == EINVAL && sq->producer == 3);
+
+	/* Receives: no command at all. */
+	posted.calls = 0;
+	rw.wr_id = 21;
+	rw.num_sge = 2;
+	rw.sg_list = sg;
+	CHECK(metaroce_post_recv(qp, &rw, &rbad) == 0 && rq->producer == 1);
+	struct metaroce_recv_wqe *r0 = (void *)(k + RING_RQ_OFF + METAROCE_RING_ENTRIES);
+	CHECK(r0->wr_id == 21 && r0->num_sge == 2 &&
+	      ((struct metaroce_sge *)(r0 + 1))[1].lkey == 8);
+	CHECK(posted.calls == 0);
+
+	/* Completions: written by the "kernel", polled without a command. */
+	cq = metaroce_create_cq(&fake_ctx, 4, NULL, 0);
+	CHECK(cq && to_mcq(cq)->path == &metaroce_cq_ring_path);
+	if (cq) {
+		struct metaroce_ring_hdr *h = (void *)(k + RING_CQ_OFF);
+		struct ib_uverbs_wc *ke = (void *)(k + RING_CQ_OFF + METAROCE_RING_ENTRIES);
+		int i;
+
+		for (i = 0; i < 3; i++) {
+			memset(&ke[i], 0, sizeof(ke[i]));
+			ke[i].wr_id = 100 + i;
+			ke[i].opcode = IBV_WC_RECV;
+			ke[i].byte_len = 10 * i;
+			ke[i].qp_num = 0x42;
+			ke[i].wc_flags = i == 2 ? IBV_WC_WITH_IMM : 0;
+			ke[i].ex.imm_data = htobe32(0x99);
+		}
+		__atomic_store_n(&h->producer, 3, __ATOMIC_RELEASE);
+		poll_calls = 0;
+		CHECK(metaroce_poll_cq(cq, 2, wc) == 2 && wc[0].wr_id == 100 &&
+		      wc[1].byte_len == 10 && h->consumer == 2);
+		CHECK(metaroce_poll_cq(cq, 4, wc) == 1 && wc[0].wr_id == 102 &&
+		      wc[0].qp_num == 0x42 && wc[0].wc_flags & IBV_WC_WITH_IMM &&
+		      wc[0].imm_data == htobe32(0x99) && h->consumer == 3);
+		CHECK(metaroce_poll_cq(cq, 4, wc) == 0);
+		CHECK(poll_calls == 0);
+		CHECK(metaroce_destroy_cq(cq) == 0);
+	}
+	CHECK(metaroce_destroy_qp(qp) == 0);
+out:
+	if (k != MAP_FAILED)
+		munmap(k, RING_FILE);
+	close(ring_fd);
+	ring_fd = -1;
+	fake_ctx.cmd_fd = -1;
+}
+
 int main(void)
 {
 	test_wr_api();
 	test_create_qp_ex_checks();
 	test_cq_ex();
 	test_plain_cq();
+	test_rings();
 	if (failures) {
 		fprintf(stderr, "unit: %d check(s) failed\n", failures);
 		return 1;
 	}
-	printf("ok: unit (wr API emulation, cq_ex emulation, create_*_ex checks)\n");
+	printf("ok: unit (wr API emulation, cq_ex emulation, create_*_ex checks, mapped rings)\n");
 	return 0;
 }

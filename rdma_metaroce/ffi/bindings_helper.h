@@ -17,3 +17,4 @@
 #include <net/udp_tunnel.h>
 #include <net/route.h>
 #include "helpers.h"
+#include "../uapi/rdma_user_metaroce.h"

@@ -320,6 +320,7 @@ unsafe extern "C" fn qp_run_cb(owner: *mut c_void) {
     let mut srq_limit = false;
     let next = {
         let mut eng = qp.engine.lock();
+        eng.pull_posted(&mut io);
         if let Some(s) = srq {
             srq_limit |= eng.refill(s);
         }
@@ -347,6 +348,9 @@ unsafe extern "C" fn qp_run_cb(owner: *mut c_void) {
             if let Some(s) = srq {
                 srq_limit |= eng.refill(s);
             }
+            // Receives the process posted since (a message must not meet an RNR NAK
+            // for want of a WQE that is already in the ring).
+            eng.pull_posted(&mut io);
             if !p.is_null() {
                 // SAFETY: `len` readable bytes inside the linear skb, alive until freed.
                 let bytes = unsafe { core::slice::from_raw_parts(p, len as usize) };
@@ -365,6 +369,7 @@ unsafe extern "C" fn qp_run_cb(owner: *mut c_void) {
             srq_limit |= eng.refill(s);
         }
         let next = eng.run(&sh, &mut io, t, !again);
+        eng.publish_consumed();
         crate::net::account(&data.counters, eng.take_counters());
         next
     };
@@ -540,11 +545,42 @@ pub(super) unsafe extern "C" fn post_send_cb(
     // SAFETY: ib_core calls post ops on live QPs of this driver.
     let qp = unsafe { qp_of(ib) };
     let mut ret = 0;
+    let (mapped, accepts) = {
+        let e = qp.engine.lock();
+        (e.has_user_queues(), e.accepts_sends())
+    };
+    if mapped {
+        // The doorbell of a QP whose process posts into its mapped send ring: a
+        // post with no work requests. Requests passed here as well would overtake
+        // those in the ring.
+        let ret = if !wr.is_null() {
+            EINVAL.to_errno()
+        } else if !accepts {
+            EINVAL.to_errno()
+        } else {
+            // SAFETY: Live QP.
+            unsafe { qp_kick(ib) };
+            // SAFETY: A live QP's device.
+            let dev = unsafe { IbDev::from_raw((*ib).device) };
+            dev.data().counters.add(crate::net::Counter::Doorbells, 1);
+            0
+        };
+        if ret != 0 && !bad.is_null() {
+            // SAFETY: Caller-provided out pointer.
+            unsafe { *bad = wr };
+        }
+        return ret;
+    }
+    // SAFETY: `ib` is alive; `uobject` tells a process's QP from a kernel one.
+    let user = unsafe { !(*ib).uobject.is_null() };
     {
         let mut cur = wr;
         let mut sges = [Sge::default(); crate::qp::MAX_SGE as usize];
         let mut inline_buf = [0u8; INLINE_MAX];
         while !cur.is_null() {
+            if user {
+                count_cmd(ib, crate::net::Counter::CmdPosts);
+            }
             // SAFETY: A valid list of WRs built by the caller.
             let w = unsafe { &*cur };
             // SAFETY: As above; ib_core/uverbs build WRs matching opcode and QP type.
@@ -564,6 +600,13 @@ pub(super) unsafe extern "C" fn post_send_cb(
     // SAFETY: Live QP.
     unsafe { qp_kick(ib) };
     ret
+}
+
+/// Counts a data-path command a process issued on one of QP `ib`'s device.
+fn count_cmd(ib: *mut raw::ib_qp, c: crate::net::Counter) {
+    // SAFETY: Callers pass a live QP; its device outlives it.
+    let dev = unsafe { IbDev::from_raw((*ib).device) };
+    dev.data().counters.add(c, 1);
 }
 
 /// Posts a list of receive WRs through `post` (one WR: its `wr_id` and SGEs),
@@ -604,13 +647,19 @@ pub(super) unsafe extern "C" fn post_recv_cb(
 ) -> c_int {
     // SAFETY: ib_core calls post ops on live QPs of this driver.
     let qp = unsafe { qp_of(ib) };
-    // SAFETY: `ib` is alive. A QP on an SRQ has no receive queue of its own.
-    let on_srq = unsafe { !(*ib).srq.is_null() };
+    // SAFETY: `ib` is alive. A QP on an SRQ has no receive queue of its own, and
+    // one whose process posts into a mapped ring takes nothing through here.
+    let no_own_rq = unsafe { !(*ib).srq.is_null() } || qp.engine.lock().has_user_queues();
+    // SAFETY: `ib` is alive; `uobject` tells a process's QP from a kernel one.
+    let user = unsafe { !(*ib).uobject.is_null() };
     // SAFETY: ib_core passes a valid WR list and out pointer.
     let ret = unsafe {
         post_recv_list(wr, bad, |wr_id, sges| {
-            if on_srq {
+            if no_own_rq {
                 return Err(EINVAL);
+            }
+            if user {
+                count_cmd(ib, crate::net::Counter::CmdPosts);
             }
             qp.engine.lock().post_recv(wr_id, sges)
         })
@@ -629,6 +678,15 @@ pub(super) unsafe extern "C" fn post_srq_recv_cb(
     let srq = unsafe { srq_of(ib) };
     // Attached QPs take WQEs when their work next runs (a sender that met an empty
     // queue retries after its RNR timer, which runs the receiver's work).
+    // SAFETY: A live SRQ: its device is alive; `uobject` tells a process's SRQ.
+    let (dev, user) = unsafe { (IbDev::from_raw((*ib).device), !(*ib).uobject.is_null()) };
     // SAFETY: ib_core passes a valid WR list and out pointer.
-    unsafe { post_recv_list(wr, bad, |wr_id, sges| srq.post_recv(wr_id, sges)) }
+    unsafe {
+        post_recv_list(wr, bad, |wr_id, sges| {
+            if user {
+                dev.data().counters.add(crate::net::Counter::CmdPosts, 1);
+            }
+            srq.post_recv(wr_id, sges)
+        })
+    }
 }

@@ -17,6 +17,9 @@
 #include <linux/workqueue.h>
 #include <linux/scatterlist.h>
 #include <linux/uaccess.h>
+#include <linux/vmalloc.h>
+#include <linux/mm.h>
+#include <rdma/uverbs_ioctl.h>
 #include <rdma/rdma_netlink.h>
 #include <uapi/rdma/rdma_netlink.h>
 #include "helpers.h"
@@ -449,4 +452,103 @@ void mrc_nl_driver_table_end(struct sk_buff *msg, void *table, bool ok)
 		nla_nest_end(msg, table);
 	else
 		nla_nest_cancel(msg, table);
+}
+
+/* ---- rings mapped into a process ---- */
+
+struct mrc_ring_mem {
+	struct rdma_user_mmap_entry rdma;
+	void *kva;
+};
+
+struct mrc_ring_mem *mrc_ring_mem_new(struct ib_udata *udata, size_t size, int *err)
+{
+	struct ib_ucontext *uctx;
+	struct mrc_ring_mem *mem;
+
+	if (!udata) {
+		*err = -EINVAL;
+		return NULL;
+	}
+	uctx = container_of(udata, struct uverbs_attr_bundle, driver_udata)->context;
+	size = PAGE_ALIGN(size);
+	mem = kzalloc(sizeof(*mem), GFP_KERNEL);
+	if (!mem) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	mem->kva = vmalloc_user(size);
+	if (!mem->kva) {
+		kfree(mem);
+		*err = -ENOMEM;
+		return NULL;
+	}
+	*err = rdma_user_mmap_entry_insert(uctx, &mem->rdma, size);
+	if (*err) {
+		vfree(mem->kva);
+		kfree(mem);
+		return NULL;
+	}
+	return mem;
+}
+
+void *mrc_ring_mem_kva(struct mrc_ring_mem *mem)
+{
+	return mem->kva;
+}
+
+u64 mrc_ring_mem_offset(struct mrc_ring_mem *mem)
+{
+	return rdma_user_mmap_get_offset(&mem->rdma);
+}
+
+void mrc_ring_mem_remove(struct mrc_ring_mem *mem)
+{
+	rdma_user_mmap_entry_remove(&mem->rdma);
+}
+
+int mrc_mmap(struct ib_ucontext *uctx, struct vm_area_struct *vma)
+{
+	struct rdma_user_mmap_entry *entry;
+	struct mrc_ring_mem *mem;
+	int ret;
+
+	entry = rdma_user_mmap_entry_get(uctx, vma);
+	if (!entry)
+		return -EINVAL;
+	mem = container_of(entry, struct mrc_ring_mem, rdma);
+	if (vma->vm_end - vma->vm_start > entry->npages * PAGE_SIZE)
+		ret = -EINVAL;
+	else
+		ret = remap_vmalloc_range(vma, mem->kva, 0);
+	rdma_user_mmap_entry_put(entry);
+	return ret;
+}
+
+void mrc_mmap_free(struct rdma_user_mmap_entry *entry)
+{
+	struct mrc_ring_mem *mem = container_of(entry, struct mrc_ring_mem, rdma);
+
+	vfree(mem->kva);
+	kfree(mem);
+}
+
+struct ib_udata *mrc_attrs_udata(struct uverbs_attr_bundle *attrs)
+{
+	return attrs ? &attrs->driver_udata : NULL;
+}
+
+int mrc_udata_respond(struct ib_udata *udata, const void *src, size_t len)
+{
+	return ib_copy_to_udata(udata, (void *)src, min(len, udata->outlen));
+}
+
+u32 mrc_load_acquire_u32(const u32 *p)
+{
+	return smp_load_acquire(p);
+}
+
+void mrc_store_release_u32(u32 *p, u32 v)
+{
+	smp_store_release(p, v);
 }

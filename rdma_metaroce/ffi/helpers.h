@@ -140,3 +140,28 @@ void mrc_skb_addrs4(struct sk_buff *skb, __be32 *saddr, __be32 *daddr);
 void mrc_cq_notify(struct ib_cq *cq);
 /* Reports `event` (enum ib_event_type) on the CQ through its event handler. */
 void mrc_cq_event(struct ib_cq *cq, int event);
+
+/*
+ * Rings mapped into a process (see uapi/rdma_user_metaroce.h). The memory is
+ * vmalloc_user()ed (zeroed, page-aligned) and published as an rdma mmap entry of
+ * the udata's ucontext; ib_core frees it through mmap_free once the owner removed
+ * the entry and the last mapping is gone.
+ */
+struct mrc_ring_mem;
+/* Allocates `size` bytes and inserts them for mmap; NULL on failure (*err set). */
+struct mrc_ring_mem *mrc_ring_mem_new(struct ib_udata *udata, size_t size, int *err);
+void *mrc_ring_mem_kva(struct mrc_ring_mem *mem);
+u64 mrc_ring_mem_offset(struct mrc_ring_mem *mem);
+/* Withdraws the mapping offset; the memory lives until the last munmap. */
+void mrc_ring_mem_remove(struct mrc_ring_mem *mem);
+/* ib_device_ops.mmap / mmap_free. */
+int mrc_mmap(struct ib_ucontext *uctx, struct vm_area_struct *vma);
+void mrc_mmap_free(struct rdma_user_mmap_entry *entry);
+/* The driver udata of a create_cq call (NULL for kernel consumers). */
+struct ib_udata *mrc_attrs_udata(struct uverbs_attr_bundle *attrs);
+/* Copies `len` bytes of driver response, truncated to what the caller has room
+ * for; returns 0 or -EFAULT. */
+int mrc_udata_respond(struct ib_udata *udata, const void *src, size_t len);
+/* smp_load_acquire / smp_store_release on a ring counter shared with a process. */
+u32 mrc_load_acquire_u32(const u32 *p);
+void mrc_store_release_u32(u32 *p, u32 v);

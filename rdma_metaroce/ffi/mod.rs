@@ -28,6 +28,7 @@ mod ibdev;
 mod link;
 mod net;
 mod netdev;
+mod uring;
 mod verbs;
 
 pub(crate) use ibdev::{
@@ -35,6 +36,7 @@ pub(crate) use ibdev::{
     PortInfo, PortState,
 };
 pub(crate) use datapath::{KernelVa, QpTable, Umem};
+pub(crate) use uring::{UserCq, UserQueues};
 pub(crate) use link::LinkOps;
 
 /// `EOPNOTSUPP` ("operation not supported"), the errno rdma-core expects for verbs a

@@ -78,6 +78,8 @@ pub(super) const fn install(mut ops: raw::ib_device_ops) -> raw::ib_device_ops {
     ops.alloc_ucontext = Some(alloc_ucontext_cb);
     ops.dealloc_ucontext = Some(dealloc_ucontext_cb);
     ops.disassociate_ucontext = Some(disassociate_ucontext_cb);
+    ops.mmap = Some(raw::mrc_mmap);
+    ops.mmap_free = Some(raw::mrc_mmap_free);
     ops.size_ib_pd = core::mem::size_of::<raw::ib_pd>();
     ops.alloc_pd = Some(alloc_pd_cb);
     ops.dealloc_pd = Some(dealloc_pd_cb);
@@ -384,7 +386,7 @@ const NEG_EOPNOTSUPP: c_int = -(raw::EOPNOTSUPP as c_int);
 unsafe extern "C" fn create_qp_cb(
     ib: *mut raw::ib_qp,
     init: *mut raw::ib_qp_init_attr,
-    _udata: *mut raw::ib_udata,
+    udata: *mut raw::ib_udata,
 ) -> c_int {
     // SAFETY: ib_core passes a valid init attribute struct for the call.
     let init = unsafe { &mut *init };
@@ -442,7 +444,18 @@ unsafe extern "C" fn create_qp_cb(
         // SAFETY: ib_core passes NULL or a live SRQ of this driver, which outlives the
         // QP (ib_core holds a reference while the QP exists).
         let srq_sge = (!init.srq.is_null()).then(|| unsafe { srq(init.srq) }.max_sge());
-        Engine::new(ty, qpn, pd, &caps, sig_all, super::random_u32() as u16, srq_sge, conn)
+        let mut e = Engine::new(ty, qpn, pd, &caps, sig_all, super::random_u32() as u16, srq_sge, conn)?;
+        // A process's RC QP posts through rings mapped into it, if its provider asks
+        // (UD keeps the command path: its WQEs name address handles).
+        if ty == QpType::Rc {
+            // SAFETY: ib_core passes NULL or the udata of this create command.
+            if let Some(u) = unsafe { super::UserQueues::new(udata, &caps, srq_sge.is_some())? } {
+                // SAFETY: As above.
+                unsafe { u.respond(udata)? };
+                e.attach_user_queues(u);
+            }
+        }
+        Ok(e)
     })();
     let engine = match engine {
         Ok(e) => e,
@@ -631,8 +644,8 @@ unsafe extern "C" fn dealloc_ucontext_cb(_uctx: *mut raw::ib_ucontext) {}
 /// Offering this lets ib_core unregister a device (`rdma link del`, netdev removal,
 /// rmmod) while processes still hold it open: ib_core destroys their objects through
 /// the usual destroy ops and reports a fatal device event, instead of waiting for
-/// every process to exit. Nothing of the device is mapped into processes (user ABI
-/// v1 has no mmap), so there is nothing to zap here.
+/// every process to exit. The rings mapped into processes are ib_core's rdma mmap
+/// entries, which ib_core itself zaps, so there is nothing more to do here.
 unsafe extern "C" fn disassociate_ucontext_cb(_uctx: *mut raw::ib_ucontext) {}
 
 unsafe extern "C" fn alloc_pd_cb(_pd: *mut raw::ib_pd, _udata: *mut raw::ib_udata) -> c_int {
@@ -648,14 +661,26 @@ unsafe extern "C" fn dealloc_pd_cb(_pd: *mut raw::ib_pd, _udata: *mut raw::ib_ud
 unsafe extern "C" fn create_cq_cb(
     ib: *mut raw::ib_cq,
     attr: *const raw::ib_cq_init_attr,
-    _attrs: *mut raw::uverbs_attr_bundle,
+    attrs: *mut raw::uverbs_attr_bundle,
 ) -> c_int {
     // SAFETY: ib_core passes a valid attribute struct for the call.
     let attr = unsafe { &*attr };
     if attr.flags != 0 {
         return -(raw::EOPNOTSUPP as c_int);
     }
-    let init = match Cq::new(attr.cqe) {
+    // SAFETY: `attrs` is NULL (kernel consumer) or the bundle of this command.
+    let udata = unsafe { raw::mrc_attrs_udata(attrs) };
+    let init = Cq::check_size(attr.cqe)
+        // SAFETY: `udata` is NULL or this command's driver udata.
+        .and_then(|()| unsafe { super::UserCq::new(udata, attr.cqe) })
+        .and_then(|user| {
+            if let Some(u) = user.as_ref() {
+                // SAFETY: As above.
+                unsafe { u.respond(udata)? };
+            }
+            Cq::new(attr.cqe, user)
+        });
+    let init = match init {
         Ok(init) => init,
         Err(e) => return e.to_errno(),
     };
@@ -685,6 +710,12 @@ unsafe extern "C" fn poll_cq_cb(ib: *mut raw::ib_cq, num: c_int, wc: *mut raw::i
     let max = usize::try_from(num).unwrap_or(0);
     // SAFETY: ib_core calls poll only on live CQs of this driver.
     let cq = unsafe { cq(ib) };
+    // SAFETY: As above; a CQ's device outlives it; `uobject` marks a process's CQ.
+    unsafe {
+        if !(*ib).uobject.is_null() {
+            IbDev::from_raw((*ib).device).data().counters.add(crate::net::Counter::CmdPolls, 1);
+        }
+    }
     let n = cq.poll(max, |i, w| {
         // SAFETY: `wc` has room for `num` entries and `i < num`.
         let out = unsafe { &mut *wc.add(i) };
