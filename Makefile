@@ -37,7 +37,7 @@ KBUILD_ARGS ?= $(if $(wildcard $(KDIR)/kbuild-args),$(shell cat $(KDIR)/kbuild-a
 
 BINDINGS := $(REPO)/rdma_metaroce/ffi/bindings_generated.rs
 
-.PHONY: all modules bindings clean demo check test vm-shell deb
+.PHONY: all modules bindings clean demo check test vm-shell deb testmods
 
 ifeq ($(IN_ROOT),1)
 all modules: bindings
@@ -53,11 +53,16 @@ bindings:
 		sed -i "1i // stamp: $$stamp" $(BINDINGS); \
 	fi
 
+# Kernel modules used only by the selftests (a kernel verbs consumer).
+testmods:
+	$(MAKE) -C $(KDIR) M=$(REPO)/selftests/rdma/kverbs $(KBUILD_ARGS) modules
+
 clean:
 	-$(MAKE) -C $(KDIR) M=$(REPO) $(KBUILD_ARGS) clean
+	-$(MAKE) -C $(KDIR) M=$(REPO)/selftests/rdma/kverbs $(KBUILD_ARGS) clean
 	rm -f $(BINDINGS)
 else
-all modules bindings clean:
+all modules bindings clean testmods:
 	$(REPO)/tools/inroot $(MAKE) -C $(REPO) $@ $(if $(KDIR),KDIR=$(KDIR)) FLAVOUR=$(FLAVOUR)
 endif
 

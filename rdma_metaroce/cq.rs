@@ -5,9 +5,7 @@
 //! entries into `struct ib_wc` and calls the consumer's completion handler.
 
 use crate::ffi::UserCq;
-use kernel::new_spinlock;
 use kernel::prelude::*;
-use kernel::sync::SpinLock;
 
 /// Largest CQ a consumer may create (`max_cqe` in `query_device`).
 pub(crate) const MAX_CQE: u32 = (1 << 16) - 1;
@@ -24,6 +22,8 @@ pub(crate) const fn wc_opcode_raw(op: WcOpcode) -> u32 {
         WcOpcode::FetchAdd => 4,
         WcOpcode::Recv => 128,
         WcOpcode::RecvRdmaWithImm => 129,
+        WcOpcode::LocalInv => 6,
+        WcOpcode::RegMr => 10,
     }
 }
 
@@ -96,10 +96,11 @@ struct Ring {
 /// `ring.slots.len()` is the capacity fixed at creation; `ring.len <= capacity`.
 #[pin_data]
 pub(crate) struct Cq {
-    /// Guards the ring; taken from process context and from the packet path
-    /// (softirq), hence a spinlock; nothing allocates or sleeps under it.
+    /// Guards the ring; taken by the QP work that completes into it and by
+    /// pollers, which may run in softirq (`IB_POLL_SOFTIRQ` consumers), hence a
+    /// softirq-excluding spinlock; nothing allocates or sleeps under it.
     #[pin]
-    ring: SpinLock<Ring>,
+    ring: crate::ffi::SpinLockBh<Ring>,
     /// Completions the CQ holds (`cqe`).
     cap: u32,
 }
@@ -127,7 +128,7 @@ impl Cq {
         let ring = Ring { slots, head: 0, len: 0, arm: Arm::None, overflowed: false, user };
         Ok(try_pin_init!(Self {
             cap,
-            ring <- new_spinlock!(ring, "metaroce_cq"),
+            ring <- crate::ffi::new_spinlock_bh!(ring, "metaroce_cq"),
         }))
     }
 

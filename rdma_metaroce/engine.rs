@@ -74,6 +74,18 @@ pub(crate) struct SendRequest<'a> {
     pub(crate) compare: u64,
     pub(crate) swap_add: u64,
     pub(crate) ud: Option<UdDest>,
+    /// A memory operation the device executes itself, in send-queue order
+    /// (`op` and the data fields are then unused).
+    pub(crate) local: Option<LocalOp>,
+}
+
+/// Work requests that never reach the wire (fast-registration MRs).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum LocalOp {
+    /// IB_WR_REG_MR: register the MR's staged page list under `key` with `access`.
+    RegMr { key: u32, access: u32 },
+    /// IB_WR_LOCAL_INV: invalidate `key`.
+    LocalInv { key: u32 },
 }
 
 /// What the engine asks of the outside world.
@@ -159,6 +171,7 @@ struct SqSlot {
     nsge: u16,
     inline_len: u16,
     ud: Option<UdDest>,
+    local: Option<LocalOp>,
     done: Option<Completion>,
 }
 
@@ -558,7 +571,7 @@ impl Engine {
         if !(self.can_send || self.errored) {
             return Err(EINVAL);
         }
-        if r.sges.len() > self.q.max_send_sge {
+        if r.sges.len() > self.q.max_send_sge || (r.local.is_some() && self.ty != QpType::Rc) {
             return Err(EINVAL);
         }
         let inline_len = r.inline.map_or(0, |d| d.len());
@@ -567,6 +580,7 @@ impl Engine {
         }
         let len = if let Some(d) = r.inline { d.len() as u32 } else { sge_len(r.sges)? };
         let ud = match (self.ty, r.ud) {
+            (QpType::Rc, None) if r.local.is_some() => None,
             (QpType::Ud, Some(d)) if matches!(r.op, WrOpcode::Send | WrOpcode::SendImm) => Some(d),
             (QpType::Rc, None) => None,
             _ => return Err(EINVAL),
@@ -611,6 +625,7 @@ impl Engine {
             nsge: r.sges.len() as u16,
             inline_len: r.inline.map(|d| d.len() as u16).unwrap_or(u16::MAX),
             ud,
+            local: r.local,
             done: None,
         });
         self.q.sqr.tail = i.wrapping_add(1);
@@ -746,14 +761,43 @@ impl Engine {
             self.flush_unfed(io);
             return None;
         }
+        let mut local_failed = false;
         let Engine { conn, q, pd, access, counters, remote_gid, tx, .. } = self;
         let conn = conn.as_mut()?;
         if rx_drained && conn.poll_timeout().is_some_and(|t| t <= now) {
             conn.handle_timeout(now);
         }
-        // Hand posted work to the connection while it has room.
+        // Hand posted work to the connection while it has room; memory operations
+        // execute here, when their turn in the send queue comes.
         while q.sqr.fed != q.sqr.tail {
-            let Some(s) = q.sq[q.sqr.idx(q.sqr.fed)] else { break };
+            let i = q.sqr.idx(q.sqr.fed);
+            let Some(s) = q.sq[i] else { break };
+            if let Some(op) = s.local {
+                let (r, opcode) = match op {
+                    LocalOp::RegMr { key, access } => (sh.mrs.fast_register(sh.keys, key, *pd, access), WcOpcode::RegMr),
+                    LocalOp::LocalInv { key } => (sh.mrs.invalidate(sh.keys, key, *pd), WcOpcode::LocalInv),
+                };
+                if r.is_err() {
+                    counters.access_errors += 1;
+                    local_failed = true;
+                }
+                if let Some(slot) = q.sq[i].as_mut() {
+                    slot.done = Some(Completion {
+                        wr_id: i as u64,
+                        status: if r.is_ok() { WcStatus::Success } else { WcStatus::LocProtErr },
+                        opcode,
+                        byte_len: 0,
+                        imm: None,
+                        invalidated_rkey: None,
+                        solicited: false,
+                    });
+                }
+                q.sqr.fed = q.sqr.fed.wrapping_add(1);
+                if local_failed {
+                    break;
+                }
+                continue;
+            }
             match conn.post_send(s.wr) {
                 Ok(()) => q.sqr.fed = q.sqr.fed.wrapping_add(1),
                 Err(PostError::QueueFull) => break,
@@ -801,6 +845,11 @@ impl Engine {
         let dead = conn.state() == proto::QpState::Error;
         let next = conn.poll_timeout();
         self.retire(io);
+        // A failed memory operation is a local protection error: the QP goes to
+        // the error state and later work is flushed.
+        if local_failed && !self.errored {
+            self.to_error();
+        }
         if dead && !self.errored {
             self.errored = true;
             self.can_send = false;
@@ -1143,7 +1192,7 @@ impl LocalMemory for QpMemory<'_, '_> {
         let (sh, pd) = (self.sh, self.pd);
         let r = Self::walk(sges, offset, out.len(), |sge, off, range| {
             let buf = &mut out[range];
-            sh.mrs.access(sh.keys, sge.lkey, pd, sge.addr + off, buf.len(), Need::LocalRead, |m, o| m.read(o, buf))
+            sh.mrs.access(sh.keys, sge.lkey, pd, sge.addr + off, buf.len(), Need::LocalRead, |m, iova, o| m.read(iova, o, buf))
         });
         self.count(r)
     }
@@ -1156,7 +1205,7 @@ impl LocalMemory for QpMemory<'_, '_> {
         let (sh, pd) = (self.sh, self.pd);
         let r = Self::walk(sges, offset, data.len(), |sge, off, range| {
             let d = &data[range];
-            sh.mrs.access(sh.keys, sge.lkey, pd, sge.addr + off, d.len(), Need::LocalWrite, |m, o| m.write(o, d))
+            sh.mrs.access(sh.keys, sge.lkey, pd, sge.addr + off, d.len(), Need::LocalWrite, |m, iova, o| m.write(iova, o, d))
         });
         self.count(r)
     }
@@ -1167,7 +1216,7 @@ impl Responder for QpMemory<'_, '_> {
         if self.access & crate::mr::ACCESS_REMOTE_WRITE == 0 {
             return self.count(Err(MemError::Access));
         }
-        let r = self.sh.mrs.access(self.sh.keys, rkey, self.pd, va, data.len(), Need::RemoteWrite, |m, o| m.write(o, data));
+        let r = self.sh.mrs.access(self.sh.keys, rkey, self.pd, va, data.len(), Need::RemoteWrite, |m, iova, o| m.write(iova, o, data));
         self.count(r)
     }
 
@@ -1175,7 +1224,7 @@ impl Responder for QpMemory<'_, '_> {
         if self.access & crate::mr::ACCESS_REMOTE_READ == 0 {
             return self.count(Err(MemError::Access));
         }
-        let r = self.sh.mrs.access(self.sh.keys, rkey, self.pd, va, out.len(), Need::RemoteRead, |m, o| m.read(o, out));
+        let r = self.sh.mrs.access(self.sh.keys, rkey, self.pd, va, out.len(), Need::RemoteRead, |m, iova, o| m.read(iova, o, out));
         self.count(r)
     }
 
@@ -1189,9 +1238,9 @@ impl Responder for QpMemory<'_, '_> {
         let mut orig = 0u64;
         // The table lock is held across read-modify-write, so atomics on one device
         // are atomic with respect to each other.
-        let r = self.sh.mrs.access(self.sh.keys, rkey, self.pd, va, 8, Need::RemoteAtomic, |m, o| {
+        let r = self.sh.mrs.access(self.sh.keys, rkey, self.pd, va, 8, Need::RemoteAtomic, |m, iova, o| {
             let mut b = [0u8; 8];
-            if !m.read(o, &mut b) {
+            if !m.read(iova, o, &mut b) {
                 return false;
             }
             orig = u64::from_ne_bytes(b);
@@ -1199,7 +1248,7 @@ impl Responder for QpMemory<'_, '_> {
                 AtomicOp::Cas { compare, swap } => if orig == compare { swap } else { orig },
                 AtomicOp::Faa { add } => orig.wrapping_add(add),
             };
-            m.write(o, &new.to_ne_bytes())
+            m.write(iova, o, &new.to_ne_bytes())
         });
         self.count(r).map(|()| orig)
     }
@@ -1212,15 +1261,16 @@ impl Responder for QpMemory<'_, '_> {
         let (sh, pd) = (self.sh, self.pd);
         let r = Self::walk(sges, offset, data.len(), |sge, off, range| {
             let d = &data[range];
-            sh.mrs.access(sh.keys, sge.lkey, pd, sge.addr + off, d.len(), Need::LocalWrite, |m, o| m.write(o, d))
+            sh.mrs.access(sh.keys, sge.lkey, pd, sge.addr + off, d.len(), Need::LocalWrite, |m, iova, o| m.write(iova, o, d))
         });
         self.count(r)
     }
 
-    fn invalidate(&mut self, _rkey: u32) -> Result<(), MemError> {
-        // Only memory windows and fast-registration MRs can be invalidated remotely;
-        // this device offers neither yet.
-        Err(MemError::Operation)
+    fn invalidate(&mut self, rkey: u32) -> Result<(), MemError> {
+        // Spec: MR-9.2.3 — only a valid fast-registration MR of the QP's PD (memory
+        // windows are not offered); anything else is an access error.
+        let r = self.sh.mrs.invalidate(self.sh.keys, rkey, self.pd);
+        self.count(r)
     }
 }
 

@@ -63,11 +63,14 @@ impl IdTable {
 
     /// The slot an identifier names, if it was built by this table.
     pub(crate) fn slot_of(&self, id: u32) -> Option<usize> {
-        let (slot, salt) = match self.layout {
-            Layout::Qpn => (id & 0x3fff, id >> 14),
-            Layout::Key => (id >> 8, id & 0xff),
-        };
-        (salt == self.salt).then_some(slot as usize)
+        match self.layout {
+            Layout::Qpn => (id >> 14 == self.salt).then_some((id & 0x3fff) as usize),
+            // The low byte of a memory key starts as the salt but belongs to the
+            // consumer afterwards: a fast-registration MR is re-registered under a
+            // new low byte (`ib_update_fast_reg_key`). Lookups compare the full key
+            // with the registration's.
+            Layout::Key => Some((id >> 8) as usize),
+        }
     }
 
     /// A free identifier, or `ENOMEM` when the table is full.
@@ -115,7 +118,8 @@ mod tests {
         assert_eq!(a >> 8, 1);
         let _b = t.alloc()?;
         assert_eq!(t.alloc(), Err(ENOMEM));
-        assert_eq!(t.slot_of(a ^ 1), None);
+        // Any low byte names the same slot (fast-registration keys change it).
+        assert_eq!(t.slot_of(a ^ 1), Some(1));
         assert!(IdTable::new(Layout::Qpn, 1 << 15, 0, 0).is_err());
         Ok(())
     }

@@ -13,9 +13,7 @@
 use crate::ffi::{KernelVa, Umem};
 use crate::ids::IdTable;
 use crate::proto::MemError;
-use kernel::new_spinlock;
 use kernel::prelude::*;
-use kernel::sync::SpinLock;
 
 /// `IB_ACCESS_LOCAL_WRITE`.
 pub(crate) const ACCESS_LOCAL_WRITE: u32 = 1;
@@ -43,6 +41,76 @@ pub(crate) struct MrEntry {
     pub(crate) length: u64,
     /// Where the bytes are.
     pub(crate) mem: Backing,
+    /// Accesses may use it. Always for ordinary MRs; a fast-registration MR is
+    /// valid between a REG_MR and the next (local or remote) invalidation.
+    pub(crate) valid: bool,
+}
+
+/// Largest page list of a fast-registration MR (`max_fast_reg_page_list_len`).
+pub(crate) const MAX_FRMR_PAGES: u32 = 512;
+
+/// The page list of a fast-registration MR: kernel pages named by their kernel
+/// virtual addresses (a software device's DMA addresses, see [`KernelVa`]).
+/// Storage for both lists is allocated with the MR, so registering (which runs
+/// on the data path) never allocates.
+pub(crate) struct PageList {
+    /// The registration in force: `n` pages of `page_size` bytes.
+    pages: KVec<u64>,
+    n: usize,
+    page_size: u64,
+    /// What the consumer mapped (`ib_map_mr_sg`) and posted a REG_MR for, taken
+    /// over when the REG_MR executes.
+    staged: KVec<u64>,
+    staged_n: usize,
+    staged_page_size: u64,
+    staged_iova: u64,
+    staged_length: u64,
+    va: KernelVa,
+}
+
+impl PageList {
+    /// Room for `max` pages in each list.
+    pub(crate) fn new(max: u32, va: KernelVa) -> Result<Self> {
+        let n = max as usize;
+        Ok(Self {
+            pages: KVec::from_elem(0u64, n, GFP_KERNEL)?,
+            n: 0,
+            page_size: 0,
+            staged: KVec::from_elem(0u64, n, GFP_KERNEL)?,
+            staged_n: 0,
+            staged_page_size: 0,
+            staged_iova: 0,
+            staged_length: 0,
+            va,
+        })
+    }
+
+    /// Calls `f(kernel address, range of the buffer)` for each piece of
+    /// `[offset, offset + len)` of the registration, page by page; false if the
+    /// range leaves the page list.
+    fn walk(&self, iova: u64, offset: u64, len: usize, mut f: impl FnMut(u64, core::ops::Range<usize>) -> bool) -> bool {
+        let ps = self.page_size;
+        if ps == 0 {
+            return len == 0;
+        }
+        // Page addresses are aligned to the page size; the registration starts
+        // `iova % page_size` bytes into the first page.
+        let mut at = iova % ps + offset;
+        let mut done = 0usize;
+        while done < len {
+            let Some(&page) = self.pages.get((at / ps) as usize).filter(|_| ((at / ps) as usize) < self.n) else {
+                return false;
+            };
+            let in_page = at % ps;
+            let chunk = ((ps - in_page) as usize).min(len - done);
+            if !f(page + in_page, done..done + chunk) {
+                return false;
+            }
+            done += chunk;
+            at += chunk as u64;
+        }
+        true
+    }
 }
 
 /// The memory behind a registration.
@@ -52,6 +120,8 @@ pub(crate) enum Backing {
     /// Kernel virtual memory (the DMA MR of kernel consumers; `iova` 0, so the
     /// offset is the kernel address).
     Kernel(KernelVa),
+    /// Kernel pages of a fast-registration MR (`iova` is the registration's).
+    Pages(PageList),
     /// Nothing reachable (tests).
     #[allow(dead_code)]
     None,
@@ -59,19 +129,21 @@ pub(crate) enum Backing {
 
 impl Backing {
     /// Copies out of the registration at `offset`; false if not all bytes exist.
-    pub(crate) fn read(&self, offset: u64, out: &mut [u8]) -> bool {
+    pub(crate) fn read(&self, iova: u64, offset: u64, out: &mut [u8]) -> bool {
         match self {
             Backing::User(u) => u.read(offset, out),
             Backing::Kernel(k) => k.read(offset, out),
+            Backing::Pages(p) => p.walk(iova, offset, out.len(), |va, r| p.va.read(va, &mut out[r])),
             Backing::None => false,
         }
     }
 
     /// Copies into the registration at `offset`; false if not all bytes fit.
-    pub(crate) fn write(&self, offset: u64, data: &[u8]) -> bool {
+    pub(crate) fn write(&self, iova: u64, offset: u64, data: &[u8]) -> bool {
         match self {
             Backing::User(u) => u.write(offset, data),
             Backing::Kernel(k) => k.write(offset, data),
+            Backing::Pages(p) => p.walk(iova, offset, data.len(), |va, r| p.va.write(va, &data[r])),
             Backing::None => false,
         }
     }
@@ -110,10 +182,11 @@ fn offset_in(e: &MrEntry, va: u64, len: u64) -> Option<u64> {
 /// The memory regions of one device, indexed by the slot of their key.
 #[pin_data]
 pub(crate) struct MrTable {
-    /// One entry per key slot. Taken from process context only (verbs calls and the
-    /// QP work); held while copying (no sleeping: the copies map pages atomically).
+    /// One entry per key slot. Taken by verbs calls, the QP work, and by posting
+    /// a REG_MR (which may happen in softirq); held while copying (no sleeping:
+    /// the copies map pages atomically).
     #[pin]
-    slots: SpinLock<KVVec<Option<MrEntry>>>,
+    slots: crate::ffi::SpinLockBh<KVVec<Option<MrEntry>>>,
 }
 
 impl MrTable {
@@ -123,7 +196,7 @@ impl MrTable {
         for _ in 0..n {
             v.push(None, GFP_KERNEL)?;
         }
-        Ok(try_pin_init!(Self { slots <- new_spinlock!(v, "metaroce_mrs") }? Error))
+        Ok(try_pin_init!(Self { slots <- crate::ffi::new_spinlock_bh!(v, "metaroce_mrs") }? Error))
     }
 
     /// Publishes a registration under its key.
@@ -148,9 +221,63 @@ impl MrTable {
         }
     }
 
-    /// Runs `f` on the pinned memory of `key` at the offset of `va`, after the MR-9.2
-    /// checks for an access of `len` bytes by a QP in `pd`. `f` returns whether the
-    /// copy moved every byte.
+    /// Stages the page list a consumer mapped for the fast-registration MR whose
+    /// key slot `key` names (at REG_MR post time); `EINVAL` if it is not one or the
+    /// list does not fit.
+    pub(crate) fn stage_pages(&self, keys: &IdTable, key: u32, pages: &[u64], page_size: u64, iova: u64, length: u64) -> Result {
+        let slot = keys.slot_of(key).ok_or(EINVAL)?;
+        let mut s = self.slots.lock();
+        let Some(Some(MrEntry { mem: Backing::Pages(p), .. })) = s.get_mut(slot) else { return Err(EINVAL) };
+        let dst = p.staged.get_mut(..pages.len()).ok_or(EINVAL)?;
+        dst.copy_from_slice(pages);
+        p.staged_n = pages.len();
+        p.staged_page_size = page_size;
+        p.staged_iova = iova;
+        p.staged_length = length;
+        Ok(())
+    }
+
+    /// Executes a REG_MR of a QP in `pd`: the staged page list becomes the
+    /// registration, under `new_key` (same slot) with `access`. Refused unless the
+    /// MR is a fast-registration MR of `pd` that is not valid (verbs: invalidate
+    /// before registering again).
+    pub(crate) fn fast_register(&self, keys: &IdTable, new_key: u32, pd: PdId, access: u32) -> Result<(), MemError> {
+        let slot = keys.slot_of(new_key).ok_or(MemError::Access)?;
+        let mut s = self.slots.lock();
+        let e = s.get_mut(slot).and_then(|c| c.as_mut()).ok_or(MemError::Access)?;
+        if e.valid || e.pd != pd {
+            return Err(MemError::Access);
+        }
+        let Backing::Pages(p) = &mut e.mem else { return Err(MemError::Access) };
+        let n = p.staged_n;
+        let (dst, src) = (p.pages.get_mut(..n).ok_or(MemError::Access)?, p.staged.get(..n).ok_or(MemError::Access)?);
+        dst.copy_from_slice(src);
+        p.n = n;
+        p.page_size = p.staged_page_size;
+        e.iova = p.staged_iova;
+        e.length = p.staged_length;
+        e.key = new_key;
+        e.access = access;
+        e.valid = true;
+        Ok(())
+    }
+
+    /// Invalidates the fast-registration MR `key` of `pd` (LOCAL_INV, or
+    /// SEND_WITH_INV from the peer). Ordinary MRs cannot be invalidated.
+    pub(crate) fn invalidate(&self, keys: &IdTable, key: u32, pd: PdId) -> Result<(), MemError> {
+        let slot = keys.slot_of(key).ok_or(MemError::Access)?;
+        let mut s = self.slots.lock();
+        let e = s.get_mut(slot).and_then(|c| c.as_mut()).ok_or(MemError::Access)?;
+        if e.key != key || !e.valid || e.pd != pd || !matches!(e.mem, Backing::Pages(_)) {
+            return Err(MemError::Access);
+        }
+        e.valid = false;
+        Ok(())
+    }
+
+    /// Runs `f(memory, registration iova, offset)` on the memory of `key` at the
+    /// offset of `va`, after the MR-9.2 checks for an access of `len` bytes by a QP
+    /// in `pd`. `f` returns whether the copy moved every byte.
     pub(crate) fn access(
         &self,
         keys: &IdTable,
@@ -159,16 +286,16 @@ impl MrTable {
         va: u64,
         len: usize,
         need: Need,
-        f: impl FnOnce(&Backing, u64) -> bool,
+        f: impl FnOnce(&Backing, u64, u64) -> bool,
     ) -> Result<(), MemError> {
         let slot = keys.slot_of(key).ok_or(MemError::Access)?;
         let s = self.slots.lock();
         let e = s.get(slot).and_then(|c| c.as_ref()).ok_or(MemError::Access)?;
-        if e.key != key || e.pd != pd || e.access & need.right() != need.right() {
+        if e.key != key || !e.valid || e.pd != pd || e.access & need.right() != need.right() {
             return Err(MemError::Access);
         }
         let off = offset_in(e, va, len as u64).ok_or(MemError::Access)?;
-        if f(&e.mem, off) {
+        if f(&e.mem, e.iova, off) {
             Ok(())
         } else {
             Err(MemError::Access)
@@ -181,7 +308,7 @@ mod tests {
     use super::*;
 
     fn entry(iova: u64, length: u64) -> MrEntry {
-        MrEntry { key: 0x100, pd: PdId(1), access: ACCESS_LOCAL_WRITE, iova, length, mem: Backing::None }
+        MrEntry { key: 0x100, pd: PdId(1), access: ACCESS_LOCAL_WRITE, iova, length, mem: Backing::None, valid: true }
     }
 
     #[test]
@@ -200,11 +327,11 @@ mod tests {
         let t = KBox::pin_init(MrTable::new(16)?, GFP_KERNEL)?;
         let key = keys.alloc()?;
         t.insert(&keys, MrEntry { key, ..entry(0x1000, 0x100) })?;
-        let ok = |_: &Backing, _: u64| true;
+        let ok = |_: &Backing, _: u64, _: u64| true;
         assert_eq!(t.access(&keys, key, PdId(1), 0x1000, 8, Need::LocalRead, ok), Ok(()));
         assert_eq!(t.access(&keys, key, PdId(1), 0x1000, 8, Need::LocalWrite, ok), Ok(()));
         assert_eq!(t.access(&keys, key, PdId(1), 0x10f9, 8, Need::LocalRead, ok), Err(MemError::Access));
-        assert_eq!(t.access(&keys, key, PdId(1), 0x1000, 8, Need::LocalRead, |_, _| false), Err(MemError::Access));
+        assert_eq!(t.access(&keys, key, PdId(1), 0x1000, 8, Need::LocalRead, |_, _, _| false), Err(MemError::Access));
         assert_eq!(t.access(&keys, key ^ 1, PdId(1), 0x1000, 8, Need::LocalRead, ok), Err(MemError::Access));
         assert_eq!(t.access(&keys, key, PdId(2), 0x1000, 8, Need::LocalRead, ok), Err(MemError::Access));
         assert_eq!(t.access(&keys, key, PdId(1), 0x1000, 8, Need::RemoteWrite, ok), Err(MemError::Access));

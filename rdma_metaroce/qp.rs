@@ -7,8 +7,8 @@
 //! connected QP lives in the protocol core (`proto::Connection`).
 
 use kernel::prelude::*;
-use kernel::sync::{Mutex, SpinLock};
-use kernel::{new_mutex, new_spinlock};
+use kernel::sync::Mutex;
+use kernel::new_mutex;
 
 /// Per-QP work request limits advertised in `query_device`.
 pub(crate) const MAX_QP_WR: u32 = 16384;
@@ -185,11 +185,13 @@ pub(crate) struct Qp {
     /// Verbs attributes; changed only by `modify_qp` (process context).
     #[pin]
     attrs: Mutex<QpAttrs>,
-    /// The data path. Taken by the posting verbs (any context but interrupt
-    /// handlers) and the QP's work, after `attrs` when both are needed; nothing under
-    /// it sleeps.
+    /// The data path. Taken by the posting verbs (task context, softirq, or with
+    /// interrupts off; never in a hard interrupt handler) and by the QP's work,
+    /// after `attrs` when both are needed; softirq-excluding, so a consumer posting
+    /// from a softirq completion handler cannot interrupt the work holding it.
+    /// Nothing under it sleeps.
     #[pin]
-    pub(crate) engine: SpinLock<crate::engine::Engine>,
+    pub(crate) engine: crate::ffi::SpinLockBh<crate::engine::Engine>,
 }
 
 impl Qp {
@@ -199,7 +201,7 @@ impl Qp {
             ty,
             caps,
             attrs <- new_mutex!(QpAttrs::new(), "metaroce_qp_attrs"),
-            engine <- new_spinlock!(engine, "metaroce_qp_engine"),
+            engine <- crate::ffi::new_spinlock_bh!(engine, "metaroce_qp_engine"),
         })
     }
 

@@ -6,9 +6,7 @@
 
 use crate::engine::Sge;
 use crate::qp::{MAX_QP_WR, MAX_SGE};
-use kernel::new_spinlock;
 use kernel::prelude::*;
-use kernel::sync::SpinLock;
 
 /// SRQs per device (`max_srq`).
 pub(crate) const MAX_SRQ: u32 = 4096;
@@ -58,10 +56,11 @@ pub(crate) struct Taken {
 /// A shared receive queue.
 #[pin_data]
 pub(crate) struct Srq {
-    /// Attributes and WQEs; taken by `modify_srq`/`post_srq_recv` and by the data
-    /// path of attached QPs (under their engine lock). Nothing sleeps under it.
+    /// Attributes and WQEs; taken by `modify_srq`/`post_srq_recv` (possibly from
+    /// softirq) and by the data path of attached QPs (under their engine lock).
+    /// Nothing sleeps under it.
     #[pin]
-    q: SpinLock<Queue>,
+    q: crate::ffi::SpinLockBh<Queue>,
 }
 
 impl Srq {
@@ -80,7 +79,7 @@ impl Srq {
             head: 0,
             tail: 0,
         };
-        Ok(pin_init!(Self { q <- new_spinlock!(q, "metaroce_srq") }))
+        Ok(pin_init!(Self { q <- crate::ffi::new_spinlock_bh!(q, "metaroce_srq") }))
     }
 
     pub(crate) fn attrs(&self) -> SrqAttrs {

@@ -227,6 +227,8 @@ fn opcode_name(o: WcOpcode) -> &'static str {
         WcOpcode::FetchAdd => "faa",
         WcOpcode::Recv => "recv",
         WcOpcode::RecvRdmaWithImm => "recv_imm",
+        WcOpcode::RegMr => "reg_mr",
+        WcOpcode::LocalInv => "local_inv",
     }
 }
 

@@ -227,6 +227,10 @@ pub enum WcOpcode {
     Recv,
     /// `IB_WC_RECV_RDMA_WITH_IMM`.
     RecvRdmaWithImm,
+    /// `IB_WC_REG_MR`: a fast registration the local device executed (no packet).
+    RegMr,
+    /// `IB_WC_LOCAL_INV`: a local invalidation the local device executed (no packet).
+    LocalInv,
 }
 
 impl WcOpcode {

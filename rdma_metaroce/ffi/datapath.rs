@@ -12,7 +12,7 @@
 use super::verbs::{ah_dgid, cq_of, qp_alloc_io, qp_of, srq_of};
 use super::{raw, IbDev};
 use crate::cq::Pushed;
-use crate::engine::{Io, Received, SendRequest, Sge, Shared, UdDest};
+use crate::engine::{Io, LocalOp, Received, SendRequest, Sge, Shared, UdDest};
 use crate::proto::{Ecn, Instant, WrOpcode};
 use core::ffi::{c_int, c_void};
 use core::ptr::NonNull;
@@ -459,9 +459,49 @@ unsafe fn decode_send<'a>(
     sges: &'a mut [Sge; crate::qp::MAX_SGE as usize],
     inline_buf: &'a mut [u8; INLINE_MAX],
 ) -> Result<SendRequest<'a>> {
+    let flags = w.send_flags as u32;
+    // Memory operations of kernel consumers (fast-registration MRs): executed by
+    // the engine in send-queue order, never sent.
+    let local = match w.opcode {
+        raw::ib_wr_opcode_IB_WR_REG_MR => {
+            // SAFETY: REG_MR WRs are embedded in an `ib_reg_wr` (first member).
+            let x = unsafe { &*(w as *const raw::ib_send_wr).cast::<raw::ib_reg_wr>() };
+            // SAFETY: `ib` is alive, and so is its device.
+            let dev = unsafe { IbDev::from_raw((*ib).device) };
+            if x.mr.is_null() {
+                return Err(EINVAL);
+            }
+            // SAFETY: A live MR of this driver (the consumer owns it and does not map
+            // it while posting its REG_MR).
+            unsafe { super::verbs::stage_fast_reg(dev, x.mr)? };
+            Some(LocalOp::RegMr { key: x.key, access: x.access as u32 })
+        }
+        // SAFETY: `ex` is a plain 32-bit union.
+        raw::ib_wr_opcode_IB_WR_LOCAL_INV => Some(LocalOp::LocalInv { key: unsafe { w.ex.invalidate_rkey } }),
+        _ => None,
+    };
+    if local.is_some() {
+        // SAFETY: `wr_id` is the active member for verbs consumers.
+        let wr_id = unsafe { w.__bindgen_anon_1.wr_id };
+        return Ok(SendRequest {
+            wr_id,
+            op: WrOpcode::Send,
+            signaled: flags & raw::ib_send_flags_IB_SEND_SIGNALED as u32 != 0,
+            solicited: false,
+            fence: flags & raw::ib_send_flags_IB_SEND_FENCE as u32 != 0,
+            sges: &[],
+            inline: None,
+            remote_va: 0,
+            rkey: 0,
+            imm: 0,
+            compare: 0,
+            swap_add: 0,
+            ud: None,
+            local,
+        });
+    }
     let n = sges_of(w.sg_list, w.num_sge, sges)?;
     let sges = &sges[..n];
-    let flags = w.send_flags as u32;
     let op = match w.opcode {
         raw::ib_wr_opcode_IB_WR_SEND => WrOpcode::Send,
         raw::ib_wr_opcode_IB_WR_SEND_WITH_IMM => WrOpcode::SendImm,
@@ -505,6 +545,7 @@ unsafe fn decode_send<'a>(
         compare: 0,
         swap_add: 0,
         ud: None,
+        local: None,
     };
     if ud_qp {
         // SAFETY: UD send WRs are embedded in an `ib_ud_wr` (first member).

@@ -552,3 +552,31 @@ void mrc_store_release_u32(u32 *p, u32 v)
 {
 	smp_store_release(p, v);
 }
+
+bool mrc_spin_lock_nosoftirq(void *lock)
+{
+	if (in_interrupt() || irqs_disabled()) {
+		spin_lock((spinlock_t *)lock);
+		return false;
+	}
+	spin_lock_bh((spinlock_t *)lock);
+	return true;
+}
+
+void mrc_spin_unlock_nosoftirq(void *lock, bool bh)
+{
+	if (bh)
+		spin_unlock_bh((spinlock_t *)lock);
+	else
+		spin_unlock((spinlock_t *)lock);
+}
+
+bool mrc_spin_trylock_nosoftirq(void *lock, bool *bh)
+{
+	if (in_interrupt() || irqs_disabled()) {
+		*bh = false;
+		return spin_trylock((spinlock_t *)lock);
+	}
+	*bh = true;
+	return spin_trylock_bh((spinlock_t *)lock);
+}

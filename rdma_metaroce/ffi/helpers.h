@@ -165,3 +165,13 @@ int mrc_udata_respond(struct ib_udata *udata, const void *src, size_t len);
 /* smp_load_acquire / smp_store_release on a ring counter shared with a process. */
 u32 mrc_load_acquire_u32(const u32 *p);
 void mrc_store_release_u32(u32 *p, u32 v);
+/*
+ * Takes a spinlock so that no softirq on this CPU can run while it is held:
+ * with bottom halves disabled when called from task context with them enabled,
+ * plainly otherwise (in softirq, in a BH-disabled section, or with interrupts
+ * off, where local_bh_enable() would be illegal). Returns whether it disabled
+ * bottom halves, for the matching unlock.
+ */
+bool mrc_spin_lock_nosoftirq(void *lock);
+void mrc_spin_unlock_nosoftirq(void *lock, bool bh);
+bool mrc_spin_trylock_nosoftirq(void *lock, bool *bh);

@@ -466,6 +466,9 @@ unsafe extern "C" fn query_device_cb(
     };
     // `rdma link del` must be allowed for software devices.
     a.kernel_cap_flags = u64::from(raw::ib_kernel_cap_flags_IBK_ALLOW_USER_UNREG);
+    // Fast-registration MRs (REG_MR / LOCAL_INV / SEND_WITH_INV) for kernel ULPs.
+    a.device_cap_flags |= u64::from(raw::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS);
+    a.max_fast_reg_page_list_len = crate::mr::MAX_FRMR_PAGES;
     0
 }
 

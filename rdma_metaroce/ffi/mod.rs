@@ -23,6 +23,8 @@ use kernel::prelude::*;
 
 pub(crate) mod raw;
 
+mod bhlock;
+
 mod datapath;
 mod ibdev;
 mod link;
@@ -37,6 +39,7 @@ pub(crate) use ibdev::{
 };
 pub(crate) use datapath::{KernelVa, QpTable, Umem};
 pub(crate) use uring::{UserCq, UserQueues};
+pub(crate) use bhlock::{new_spinlock_bh, SpinLockBh};
 pub(crate) use link::LinkOps;
 
 /// `EOPNOTSUPP` ("operation not supported"), the errno rdma-core expects for verbs a

@@ -462,6 +462,7 @@ impl UserQueues {
             compare,
             swap_add: if op == WrOpcode::AtomicCas { swap } else { compare },
             ud: None,
+            local: None,
         })
     }
 

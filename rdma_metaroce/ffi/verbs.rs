@@ -11,7 +11,7 @@ use crate::srq::{Srq, SrqAttrs};
 use super::IbDev;
 use super::datapath::{qp_start, qp_stop, KernelVa, Umem};
 use crate::engine::Engine;
-use crate::mr::{Backing, MrEntry, PdId};
+use crate::mr::{Backing, MrEntry, PageList, PdId, MAX_FRMR_PAGES};
 use core::ffi::c_int;
 use core::ptr::NonNull;
 use kernel::prelude::*;
@@ -63,6 +63,10 @@ const _: () = assert!(core::mem::offset_of!(SrqAlloc, ib) == 0);
 #[repr(C)]
 struct MrAlloc {
     ib: raw::ib_mr,
+    /// A fast-registration MR's page list as `ib_map_mr_sg` last built it
+    /// (capacity `max_num_sg`, fixed at allocation; empty for other MRs). The
+    /// consumer serialises mapping and posting the REG_MR that copies it.
+    pages: KVec<u64>,
 }
 
 const _: () = assert!(core::mem::offset_of!(MrAlloc, ib) == 0);
@@ -109,6 +113,8 @@ pub(super) const fn install(mut ops: raw::ib_device_ops) -> raw::ib_device_ops {
     ops.post_srq_recv = Some(super::datapath::post_srq_recv_cb);
     ops.reg_user_mr = Some(reg_user_mr_cb);
     ops.get_dma_mr = Some(get_dma_mr_cb);
+    ops.alloc_mr = Some(alloc_mr_cb);
+    ops.map_mr_sg = Some(map_mr_sg_cb);
     ops.dereg_mr = Some(dereg_mr_cb);
     ops
 }
@@ -230,29 +236,96 @@ fn new_mr(dev: &IbDev, pd: *mut raw::ib_pd, access: u32, umem: *mut raw::ib_umem
         Some(p) => Backing::User(unsafe { Umem::from_raw(p) }),
         None => Backing::Kernel(KernelVa::for_dma_mr()),
     };
+    let entry = MrEntry { key: 0, pd: PdId(pd as usize), access, iova, length, mem, valid: true };
+    publish_mr(dev, entry, KVec::new())
+}
+
+/// Gives `entry` a fresh key, publishes it in the device's MR table and returns its
+/// `ib_mr` (keys, iova and length as in the entry; `pages`: see [`MrAlloc`]).
+fn publish_mr(dev: &IbDev, mut entry: MrEntry, pages: KVec<u64>) -> *mut raw::ib_mr {
     let data = dev.data();
     let key = match data.mr_keys.alloc() {
         Ok(k) => k,
         Err(e) => return err_ptr(e),
     };
+    entry.key = key;
     let mut ib = raw::ib_mr::default();
     ib.lkey = key;
     ib.rkey = key;
-    ib.iova = iova;
-    ib.length = length;
-    let b = match KBox::new(MrAlloc { ib }, GFP_KERNEL) {
+    ib.iova = entry.iova;
+    ib.length = entry.length;
+    let b = match KBox::new(MrAlloc { ib, pages }, GFP_KERNEL) {
         Ok(b) => b,
         Err(e) => {
             data.mr_keys.free(key);
             return err_ptr(e.into());
         }
     };
-    let entry = MrEntry { key, pd: PdId(pd as usize), access, iova, length, mem };
     if let Err(e) = data.mrs.insert(&data.mr_keys, entry) {
         data.mr_keys.free(key);
         return err_ptr(e);
     }
     KBox::into_raw(b).cast()
+}
+
+/// `alloc_mr`: a fast-registration MR for a kernel consumer (`IB_MR_TYPE_MEM_REG`,
+/// up to [`MAX_FRMR_PAGES`] pages). It starts invalid; `map_mr_sg` builds its page
+/// list and a REG_MR work request registers it.
+unsafe extern "C" fn alloc_mr_cb(pd: *mut raw::ib_pd, mr_type: raw::ib_mr_type, max_num_sg: u32) -> *mut raw::ib_mr {
+    if mr_type != raw::ib_mr_type_IB_MR_TYPE_MEM_REG {
+        return err_ptr(super::eopnotsupp());
+    }
+    if max_num_sg == 0 || max_num_sg > MAX_FRMR_PAGES {
+        return err_ptr(EINVAL);
+    }
+    // SAFETY: ib_core passes a live PD of one of this driver's devices.
+    let dev = unsafe { IbDev::from_raw((*pd).device) };
+    let (pages, list) = match (KVec::with_capacity(max_num_sg as usize, GFP_KERNEL), PageList::new(max_num_sg, KernelVa::for_dma_mr())) {
+        (Ok(p), Ok(l)) => (p, l),
+        _ => return err_ptr(ENOMEM),
+    };
+    let entry = MrEntry { key: 0, pd: PdId(pd as usize), access: 0, iova: 0, length: 0, mem: Backing::Pages(list), valid: false };
+    publish_mr(dev, entry, pages)
+}
+
+/// `set_page` callback of `ib_sg_to_pages`: appends one page to the MR's list.
+unsafe extern "C" fn set_page_cb(mr: *mut raw::ib_mr, addr: u64) -> c_int {
+    // SAFETY: `ib_sg_to_pages` calls this with the MR `map_mr_sg_cb` passed, one of
+    // ours, for the duration of that call.
+    let b = unsafe { &mut *mr.cast::<MrAlloc>() };
+    match b.pages.push_within_capacity(addr) {
+        Ok(()) => 0,
+        Err(_) => -(raw::ENOMEM as c_int),
+    }
+}
+
+/// `map_mr_sg`: builds the page list of a fast-registration MR from a DMA-mapped
+/// scatterlist (for this device, kernel virtual addresses).
+unsafe extern "C" fn map_mr_sg_cb(
+    mr: *mut raw::ib_mr,
+    sg: *mut raw::scatterlist,
+    sg_nents: c_int,
+    sg_offset: *mut core::ffi::c_uint,
+) -> c_int {
+    // SAFETY: ib_core calls this on an MR of this driver, with no concurrent use
+    // of the MR (the consumer serialises mapping and posting).
+    unsafe { (*mr.cast::<MrAlloc>()).pages.clear() };
+    // SAFETY: `mr` and `sg` are valid for the call; `set_page_cb` only touches `mr`.
+    unsafe { raw::ib_sg_to_pages(mr, sg, sg_nents, sg_offset, Some(set_page_cb)) }
+}
+
+/// Copies the page list `ib_map_mr_sg` built for `mr` into its MR table entry, for a
+/// REG_MR being posted.
+///
+/// # Safety
+///
+/// `mr` is a live MR of this driver, not being mapped concurrently.
+pub(super) unsafe fn stage_fast_reg(dev: &IbDev, mr: *mut raw::ib_mr) -> Result {
+    // SAFETY: Per the contract.
+    let b = unsafe { &*mr.cast::<MrAlloc>() };
+    let data = dev.data();
+    let page_size = u64::from(b.ib.page_size);
+    data.mrs.stage_pages(&data.mr_keys, b.ib.lkey, &b.pages, page_size, b.ib.iova, b.ib.length)
 }
 
 unsafe extern "C" fn reg_user_mr_cb(
@@ -794,6 +867,8 @@ mod tests {
             (WcOpcode::FetchAdd, raw::ib_wc_opcode_IB_WC_FETCH_ADD),
             (WcOpcode::Recv, raw::ib_wc_opcode_IB_WC_RECV),
             (WcOpcode::RecvRdmaWithImm, raw::ib_wc_opcode_IB_WC_RECV_RDMA_WITH_IMM),
+            (WcOpcode::LocalInv, raw::ib_wc_opcode_IB_WC_LOCAL_INV),
+            (WcOpcode::RegMr, raw::ib_wc_opcode_IB_WC_REG_MR),
         ];
         for (ours, kernel) in opcodes {
             assert_eq!(wc_opcode_raw(ours), kernel);

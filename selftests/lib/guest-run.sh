@@ -12,6 +12,7 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 # tools/vm copied the module and the provider into $OUT for this run.
 . "$REPO/rdma-core-provider/env.sh" "$OUT/provider"
 export METAROCE_KO=$OUT/rdma_metaroce.ko
+export METAROCE_KVERBS_KO=$OUT/mrc_kverbs_test.ko
 # Everything the kernel logs from here on is judged against the tests (tools/splat-check).
 echo "metaroce-selftests: begin" > /dev/kmsg
 rc=0
