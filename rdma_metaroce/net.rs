@@ -59,7 +59,7 @@ pub(crate) enum Counter {
     OutOfOrder,
     /// Send doorbells: a process posted sends into a QP's mapped ring.
     Doorbells,
-    /// Work requests a process posted through uverbs commands (UD QPs, SRQs, or a
+    /// Work requests a process posted through uverbs commands (SRQs, or a
     /// provider that does not map the rings).
     CmdPosts,
     /// Poll commands on a process's CQ (a provider that does not map the ring).

@@ -162,6 +162,8 @@ static struct ibv_ah *metaroce_create_ah(struct ibv_pd *pd,
 		errno = ret;
 		return NULL;
 	}
+	/* The kernel accepted it, so it has a GRH (RoCE needs one). */
+	memcpy(ah->dgid, attr->grh.dgid.raw, sizeof(ah->dgid));
 	return &ah->ibv_ah;
 }
 

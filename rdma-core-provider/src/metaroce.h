@@ -137,6 +137,7 @@ struct metaroce_srq {
 
 struct metaroce_ah {
 	struct ibv_ah ibv_ah;
+	uint8_t dgid[16];	/* written into UD send WQEs of the ring path */
 };
 
 static inline struct metaroce_context *to_mctx(struct ibv_context *ctx)

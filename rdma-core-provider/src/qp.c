@@ -2,11 +2,11 @@
 /*
  * MetaRoCE provider: queue pairs and shared receive queues.
  *
- * RC QPs post into send and receive rings the module maps into the process:
- * a receive is a store to memory; sends are stores followed by one doorbell
- * command per ibv_post_send call (a post_send command with no work
- * requests), which wakes the QP's kernel work. UD QPs (whose work requests
- * name address handles) and SRQs post through uverbs commands.
+ * RC and UD QPs post into send and receive rings the module maps into the
+ * process: a receive is a store to memory; sends are stores followed by one
+ * doorbell command per ibv_post_send call (a post_send command with no work
+ * requests), which wakes the QP's kernel work. A UD send entry carries its
+ * address handle's destination GID. SRQs post through uverbs commands.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -50,6 +50,10 @@ static int ring_check_send(struct metaroce_qp *qp, const struct ibv_send_wr *wr,
 	uint32_t len = 0;
 	int i;
 
+	if (qp->vqp.qp.qp_type == IBV_QPT_UD &&
+	    ((wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM) ||
+	     !wr->wr.ud.ah))
+		return EINVAL;
 	switch (wr->opcode) {
 	case IBV_WR_SEND:
 	case IBV_WR_SEND_WITH_IMM:
@@ -92,7 +96,15 @@ static void ring_write_send(struct metaroce_qp *qp, void *slot,
 	w->rkey = 0;
 	w->compare_add = 0;
 	w->swap = 0;
-	w->reserved = 0;
+	if (qp->vqp.qp.qp_type == IBV_QPT_UD) {
+		memcpy(w->dgid, to_mah(wr->wr.ud.ah)->dgid, sizeof(w->dgid));
+		w->remote_qpn = wr->wr.ud.remote_qpn;
+		w->remote_qkey = wr->wr.ud.remote_qkey;
+	} else {
+		memset(w->dgid, 0, sizeof(w->dgid));
+		w->remote_qpn = 0;
+		w->remote_qkey = 0;
+	}
 	switch (wr->opcode) {
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_WRITE_WITH_IMM:

@@ -164,6 +164,7 @@ int ibv_cmd_create_qp(struct ibv_pd *pd, struct ibv_qp *qp,
 {
 	qp->context = pd->context;
 	qp->qp_type = attr->qp_type;
+	qp->pd = pd;
 	if (ring_fd >= 0 && resp_size >= sizeof(*resp) +
 					  sizeof(struct metaroce_create_qp_resp)) {
 		struct metaroce_create_qp_resp *drv = (void *)(resp + 1);
@@ -571,6 +572,37 @@ static void test_rings(void)
 		CHECK(metaroce_destroy_cq(cq) == 0);
 	}
 	CHECK(metaroce_destroy_qp(qp) == 0);
+
+	/* UD: the entry carries the address handle's destination. */
+	init.qp_type = IBV_QPT_UD;
+	qp = metaroce_create_qp(&fake_pd, &init);
+	CHECK(qp && to_mqp(qp)->path == &metaroce_qp_ring_path);
+	if (qp) {
+		struct metaroce_ah ah = {};
+		struct ibv_send_wr u = {};
+		uint32_t before = sq->producer;
+		struct metaroce_send_wqe *ue;
+
+		memset(ah.dgid + 10, 0xff, 2);
+		ah.dgid[12] = 198; ah.dgid[13] = 18; ah.dgid[15] = 2;
+		CHECK(metaroce_modify_qp(qp, &rts, IBV_QP_STATE) == 0);
+		u.wr_id = 31;
+		u.opcode = IBV_WR_RDMA_WRITE;
+		u.num_sge = 1;
+		u.sg_list = sg;
+		u.wr.ud.ah = &ah.ibv_ah;
+		u.wr.ud.remote_qpn = 0x1234;
+		u.wr.ud.remote_qkey = 0x11111111;
+		/* Only SENDs exist on UD. */
+		CHECK(metaroce_post_send(qp, &u, &bad) == EINVAL && sq->producer == before);
+		u.opcode = IBV_WR_SEND;
+		CHECK(metaroce_post_send(qp, &u, &bad) == 0 && sq->producer == before + 1);
+		ue = (void *)(k + RING_SQ_OFF + METAROCE_RING_ENTRIES +
+			      (size_t)(before % init.cap.max_send_wr) * (sizeof(*ue) + 64));
+		CHECK(ue->wr_id == 31 && ue->remote_qpn == 0x1234 &&
+		      ue->remote_qkey == 0x11111111 && !memcmp(ue->dgid, ah.dgid, 16));
+		CHECK(metaroce_destroy_qp(qp) == 0);
+	}
 out:
 	if (k != MAP_FAILED)
 		munmap(k, RING_FILE);

@@ -17,7 +17,7 @@
 
 use super::raw;
 use crate::cq::{Grh, Wc};
-use crate::engine::{Engine, Io, SendRequest, Sge};
+use crate::engine::{Engine, Io, SendRequest, Sge, UdDest};
 use crate::proto::WrOpcode;
 use crate::qp::{QpCaps, MAX_INLINE, MAX_SGE};
 use core::ffi::c_int;
@@ -282,8 +282,10 @@ impl UserCq {
 // ---------------------------------------------------------------------------------
 // Work queues.
 
-/// The send and receive rings of an RC QP created by a process.
+/// The send and receive rings of an RC or UD QP created by a process.
 pub(crate) struct UserQueues {
+    /// A UD QP: every send entry names its destination.
+    ud: bool,
     sq: UserRing,
     /// Send entries taken into the engine so far.
     sq_read: u32,
@@ -301,12 +303,13 @@ fn stride(hdr: usize, n: usize) -> usize {
 }
 
 impl UserQueues {
-    /// Rings for a new RC QP with capabilities `caps`, if the process asked for them.
+    /// Rings for a new RC or UD QP with capabilities `caps`, if the process asked
+    /// for them.
     ///
     /// # Safety
     ///
     /// `udata` is NULL or the driver udata of a create_qp command in progress.
-    pub(super) unsafe fn new(udata: *mut raw::ib_udata, caps: &QpCaps, on_srq: bool) -> Result<Option<Self>> {
+    pub(super) unsafe fn new(udata: *mut raw::ib_udata, caps: &QpCaps, on_srq: bool, ud: bool) -> Result<Option<Self>> {
         // SAFETY: Per the contract.
         if !unsafe { wants::<raw::metaroce_create_qp_resp>(udata) } {
             return Ok(None);
@@ -322,6 +325,7 @@ impl UserQueues {
             Some(unsafe { UserRing::new(udata, caps.max_recv_wr.max(1), stride(RECV_HDR, n))? })
         };
         Ok(Some(Self {
+            ud,
             sq,
             sq_read: 0,
             rq,
@@ -461,7 +465,13 @@ impl UserQueues {
             imm: if op == WrOpcode::SendInv { ex } else { u32::from_be(ex) },
             compare,
             swap_add: if op == WrOpcode::AtomicCas { swap } else { compare },
-            ud: None,
+            // The engine refuses anything but SEND/SEND_IMM with a destination on a
+            // UD QP, and a destination on an RC QP.
+            ud: self.ud.then(|| {
+                let mut dgid = [0u8; 16];
+                dgid.copy_from_slice(&e[56..72]);
+                UdDest { dgid, qpn: u32_at(e, 72), qkey: u32_at(e, 76) }
+            }),
             local: None,
         })
     }
@@ -536,7 +546,10 @@ const _: () = {
     assert!(offset_of!(S, remote_addr) == 32);
     assert!(offset_of!(S, compare_add) == 40);
     assert!(offset_of!(S, swap) == 48);
-    assert!(size_of::<S>() == 64);
+    assert!(offset_of!(S, dgid) == 56);
+    assert!(offset_of!(S, remote_qpn) == 72);
+    assert!(offset_of!(S, remote_qkey) == 76);
+    assert!(size_of::<S>() == 80);
     type R = raw::metaroce_recv_wqe;
     assert!(offset_of!(R, wr_id) == 0 && offset_of!(R, num_sge) == 8 && size_of::<R>() == 16);
     type G = raw::metaroce_sge;

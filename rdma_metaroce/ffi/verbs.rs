@@ -518,11 +518,12 @@ unsafe extern "C" fn create_qp_cb(
         // QP (ib_core holds a reference while the QP exists).
         let srq_sge = (!init.srq.is_null()).then(|| unsafe { srq(init.srq) }.max_sge());
         let mut e = Engine::new(ty, qpn, pd, &caps, sig_all, super::random_u32() as u16, srq_sge, conn)?;
-        // A process's RC QP posts through rings mapped into it, if its provider asks
-        // (UD keeps the command path: its WQEs name address handles).
-        if ty == QpType::Rc {
+        // A process's QP posts through rings mapped into it, if its provider asks (a
+        // UD send entry carries its address handle's destination).
+        if !gsi {
             // SAFETY: ib_core passes NULL or the udata of this create command.
-            if let Some(u) = unsafe { super::UserQueues::new(udata, &caps, srq_sge.is_some())? } {
+            let user = unsafe { super::UserQueues::new(udata, &caps, srq_sge.is_some(), ty == QpType::Ud)? };
+            if let Some(u) = user {
                 // SAFETY: As above.
                 unsafe { u.respond(udata)? };
                 e.attach_user_queues(u);

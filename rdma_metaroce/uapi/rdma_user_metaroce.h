@@ -70,7 +70,7 @@ struct metaroce_create_cq_resp {
 	struct metaroce_ring_info cq;	/* entries: struct ib_uverbs_wc */
 };
 
-/* Driver data of the create_qp response (RC QPs; UD QPs get no rings). */
+/* Driver data of the create_qp response (RC and UD QPs). */
 struct metaroce_create_qp_resp {
 	struct metaroce_ring_info sq;
 	struct metaroce_ring_info rq;	/* num_entries 0 on an SRQ */
@@ -94,7 +94,10 @@ struct metaroce_send_wqe {
 	__aligned_u64 remote_addr;
 	__aligned_u64 compare_add;
 	__aligned_u64 swap;
-	__aligned_u64 reserved;	/* entries are multiples of 16 bytes */
+	/* UD QPs: where the datagram goes (the address handle's destination). */
+	__u8 dgid[16];
+	__u32 remote_qpn;
+	__u32 remote_qkey;
 };
 
 /* A receive work request; followed by num_sge SGEs. */
