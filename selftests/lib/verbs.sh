@@ -152,9 +152,9 @@ vb_pingpong() { # DESC-SUFFIX TOOL [ARGS...]
 # prints as 0: the run itself completed, only its rate is unknown.
 _vb_perf_expect=0
 _vb_perf_ok() {
-    local row
+    local row log=$1
     VB_WHY='' VB_SUMMARY=''
-    row=$(awk '/^ *#bytes/ {h = 1; next} h && NF >= 4 {print; exit}' "$1".client)
+    row=$(awk '/^ *#bytes/ {h = 1; next} h && NF >= 4 {print; exit}' "$log".client)
     [ -n "$row" ] || { VB_WHY="no result row"; return 1; }
     VB_SUMMARY="result: $(echo "$row" | tr -s ' \t' ' ')"
     # shellcheck disable=SC2086
@@ -163,7 +163,8 @@ _vb_perf_ok() {
     # Any measured figure above zero (a bandwidth rounds to 0.00 MB/s for a few 8-byte
     # atomics on a slow kernel, while the message rate still shows).
     echo "$row" | awk '{for (i = 3; i <= NF; i++) if ($i + 0 > 0) exit 0; exit 1}' && return 0
-    if grep -q 'Correlation coefficient' "$1".client "$1".client.err; then
+    # ($1 is the result row's first field here: `set --` above replaced it.)
+    if grep -q 'Correlation coefficient' "$log".client "$log".client.err; then
         VB_SUMMARY="$VB_SUMMARY (rate not measured: perftest's CPU clock calibration failed under emulation)"
         return 0
     fi
