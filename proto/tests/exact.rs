@@ -219,3 +219,84 @@ fn tail_loss_probe_moves_the_in_flight_bytes_of_its_path() {
     want[to] += len;
     assert_eq!(after, want, "in flight per path before {before:?}");
 }
+
+#[test]
+fn a_failed_path_is_not_reprobed_before_its_backoff_interval() {
+    // Spec: MR-6.4.3, MR-6.4.4 — when a probe goes unanswered the path is
+    // failed and repathed, and its next probe waits the backoff interval
+    // (at least max(2 srtt, min_path_rto)); it is not sent at once. This
+    // pins the reference core's reading: the interval is counted from the
+    // unanswered probe's deadline (its path RTO), not from the probe. Path
+    // 1 is black-holed (data and probes), path 0 is perfect.
+    let tweak = |c: &mut Config| {
+        c.num_paths = 2;
+        c.mtu = 1024;
+        c.min_path_rto = Duration::from_micros(200);
+    };
+    let (mut ca, mut cb) = (Config::test_pair(1, 2), Config::test_pair(2, 1));
+    tweak(&mut ca);
+    tweak(&mut cb);
+    let min_path_rto = ca.min_path_rto.as_nanos();
+    let mut a = Connection::new(ca);
+    let mut b = Connection::new(cb);
+    let (mut ma, mut mb) = (VecMemory::new(), VecMemory::new());
+    mb.add_region(0x77, 0x1000, 1 << 16);
+    let (mut posted, mut done) = (0u64, 0u64);
+    let mut now = 1_000u64;
+    let mut probes = vec![];
+    let mut failed_at = vec![];
+    while now < 50_000_000 && probes.len() < 4 {
+        // Keep data flowing, so that acknowledgements keep arriving (no tail
+        // loss probe) and path 1 carries data until it times out.
+        while a.poll_completion().is_some() {
+            done += 1;
+        }
+        while posted - done < 4 {
+            ma.set_local(posted, vec![3; 8192]);
+            a.post_send(SendWr::write(posted, 8192, 0x1000, 0x77))
+                .unwrap();
+            posted += 1;
+        }
+        for p in out(&mut a, now, &mut ma) {
+            if p[3] & 0x0f == 1 {
+                if p[1] == 0x21 {
+                    probes.push(now);
+                }
+                continue;
+            }
+            b.handle_datagram(Instant(now), 0xC000, false, &p, &mut mb);
+        }
+        for p in out(&mut b, now, &mut mb) {
+            a.handle_datagram(Instant(now), 0xC000, false, &p, &mut ma);
+        }
+        now = [a.poll_timeout(), b.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .map(|d| d.as_nanos())
+            .fold(now + 1_000_000, u64::min)
+            .max(now + 1);
+        let (r, t) = (a.stats().repaths, a.stats().path_timeouts);
+        a.handle_timeout(Instant(now));
+        b.handle_timeout(Instant(now));
+        if a.stats().repaths > r && a.stats().path_timeouts == t {
+            failed_at.push(now); // an unanswered probe's deadline
+        }
+    }
+    assert!(probes.len() >= 3, "probes at {probes:?}");
+    assert!(!failed_at.is_empty(), "path 1 never failed");
+    let mut checked = 0;
+    for f in &failed_at {
+        if let Some(next) = probes.iter().find(|t| **t >= *f) {
+            checked += 1;
+            assert!(
+                next - f >= min_path_rto,
+                "re-probed {} ns after the probe deadline at {f} (probes {probes:?})",
+                next - f
+            );
+        }
+    }
+    assert!(
+        checked >= 2,
+        "failed at {failed_at:?}, probes at {probes:?}"
+    );
+}
