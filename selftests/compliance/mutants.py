@@ -80,8 +80,12 @@ def main():
                     del results[k]
             results.pop("baseline", None)
             results.pop("core_baseline", None)
-            shutil.rmtree(os.path.join(work, "proto", "tests"), ignore_errors=True)
-            sh("git -C %s archive HEAD proto/tests | tar -x -C %s" % (ROOT, work), check=True)
+            # The new tests, and the clause index their citations must match
+            # (proto/tests/spec_clauses.rs).
+            for d in ("proto/tests", "Documentation/metaroce"):
+                shutil.rmtree(os.path.join(work, d), ignore_errors=True)
+            sh("git -C %s archive HEAD proto/tests Documentation/metaroce | tar -x -C %s"
+               % (ROOT, work), check=True)
     else:
         shutil.rmtree(work, ignore_errors=True)
         os.makedirs(work)
