@@ -146,10 +146,11 @@ def main():
                capture_output=True, text=True)
         if b.returncode != 0:
             return "unviable", None
-        try:
-            r = sh(core_cmd + ["--no-fail-fast"] + core_skip, env=core_env, capture_output=True,
-                   text=True, timeout=args.core_timeout)
-        except subprocess.TimeoutExpired:
+        # timeout(1) signals its whole process group: a hanging test binary
+        # (cargo's child) must not outlive the limit and load the machine.
+        r = sh(["timeout", "-k", "5", str(args.core_timeout)] + core_cmd + ["--no-fail-fast"] +
+               core_skip, env=core_env, capture_output=True, text=True)
+        if r.returncode in (124, 137):
             return "timeout", "core: timeout"
         if r.returncode == 0:
             return "missed", None
