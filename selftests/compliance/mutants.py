@@ -54,8 +54,8 @@ def main():
                     help="run the core's cargo tests first; the suite only for mutants they miss")
     ap.add_argument("--core-timeout", type=int, default=300)
     ap.add_argument("--rerun", action="append", default=[], metavar="ID",
-                    help="with --resume: forget the result of mutant ID (its index in "
-                         "mutants.json) and run it again")
+                    help="with --resume or --retest: forget the result of mutant ID (its "
+                         "index in mutants.json) and run it again; only the IDs given run")
     ap.add_argument("--retest", action="store_true",
                     help="re-run missed mutants of an earlier run with the current suite "
                          "and endpoint (after adding cases)")
@@ -118,6 +118,8 @@ def main():
         if args.sample and len(ms) > args.sample:
             ms = rnd.sample(ms, args.sample)
         chosen += ms
+    if args.rerun:
+        chosen = [m for m in mutants if str(m["id"]) in args.rerun]
     print("# %d mutants listed, %d selected" % (len(mutants), len(chosen)), flush=True)
 
     ep_manifest = os.path.join(work, "proto-endpoint", "Cargo.toml")
