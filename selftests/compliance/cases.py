@@ -2179,7 +2179,7 @@ def t_no_data_on_down_path(T):
     # DUT sends its first PROBE on path 2 when it marks the path suspect
     # (MR-6.3.2, probes before data: MR-5.4.3), so every data packet on
     # path 2 received after that probe was chosen while path 2 was down.
-    prto = 50000
+    prto = 200000     # the tester must acknowledge paths 0, 1 and 3 well within this
     with link(T, paths=4, init_window=4 * 8 * 1024, min_path_rto_us=prto, min_rto_us=2000000,
               max_rto_us=4000000, initial_rtt_us=5000) as L:
         n = 600
@@ -2193,7 +2193,15 @@ def t_no_data_on_down_path(T):
             if r is None:
                 continue
             log.append(r)
-            if r.p.path == 2 or not data_pred(r):
+            if r.p.path == 2:
+                continue
+            if r.op == PROBE:
+                # The tester fell behind (a loaded machine) and another path
+                # timed out too: answer, so that it returns to service.
+                L.ack(R.cum, path=r.p.path, echo_ts=r.p.ts, rcv=0, flags=M.AF_PROBE,
+                      echo_psn=R.path_hi.get(r.p.path, (0, 0))[0])
+                continue
+            if not data_pred(r):
                 continue
             R.take(r)
             R.ack_path(r.p.path, msn=1 if R.cum == done_at else 0)
@@ -2205,10 +2213,17 @@ def t_no_data_on_down_path(T):
         first_probe = next((i for i, r in enumerate(log) if r.op == PROBE and r.p.path == 2),
                            None)
         check(first_probe is not None, "path 2 never timed out (no PROBE on it)")
-        late = [r for r in log[first_probe:] if data_pred(r) and r.p.path == 2]
+        # Once another path has timed out as well (a PROBE on it), the DUT
+        # may have had no active path left and may use path 2 again (MR-6.2.2:
+        # never deadlock); only data before that counts.
+        other_down = next((i for i, r in enumerate(log) if r.op == PROBE and r.p.path != 2),
+                          len(log))
+        late = [r for r in log[first_probe:other_down] if data_pred(r) and r.p.path == 2]
         check(not late, "%d data packets (TSNs %s, %d retransmissions) sent on path 2 after it "
               "timed out, while paths 0, 1 and 3 were active", len(late),
               sorted({(r.p.tsn - L.dtsn0) & 0xFFFFFFFF for r in late})[:8],
               sum(1 for r in late if r.flags & M.F_RETX))
-        other = [r for r in log[first_probe:] if data_pred(r) and r.p.path != 2]
-        check(other, "no data on the other paths after path 2 timed out")
+        other = [r for r in log[first_probe:other_down] if data_pred(r) and r.p.path != 2]
+        if not other:
+            raise Skip("another path timed out as soon as path 2 did (the tester fell behind "
+                       "the %d ms path RTO): no verdict" % (prto // 1000))
