@@ -300,3 +300,35 @@ fn a_failed_path_is_not_reprobed_before_its_backoff_interval() {
         "failed at {failed_at:?}, probes at {probes:?}"
     );
 }
+
+#[test]
+fn bits256_rotations_take_any_count_modulo_256() {
+    // rotate_down/rotate_up document "bit i of the result is bit (i + n) mod
+    // 256": that holds for every n, not only for n < 256.
+    let mut b = Bits256::new();
+    for i in [0u32, 1, 63, 64, 100, 200, 255] {
+        b.set(i);
+    }
+    for n in [
+        255u32,
+        256,
+        257,
+        511,
+        1000,
+        u32::MAX - 255,
+        u32::MAX - 1,
+        u32::MAX,
+    ] {
+        assert_eq!(b.rotate_down(n), b.rotate_down(n % 256), "rotate_down({n})");
+        assert_eq!(b.rotate_up(n), b.rotate_up(n % 256), "rotate_up({n})");
+    }
+}
+
+#[test]
+fn bits256_and_not_clears_exactly_the_other_bits() {
+    let a = Bits256([u64::MAX, 0xf0f0, 1 << 63, 5]);
+    let b = Bits256([0xff, 0xff00, 1 << 63, 4]);
+    assert_eq!(a.and_not(&b), Bits256([u64::MAX & !0xff, 0x00f0, 0, 1]));
+    assert_eq!(a.and_not(&Bits256::new()), a);
+    assert_eq!(a.and_not(&a), Bits256::new());
+}
