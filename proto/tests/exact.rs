@@ -332,3 +332,62 @@ fn bits256_and_not_clears_exactly_the_other_bits() {
     assert_eq!(a.and_not(&Bits256::new()), a);
     assert_eq!(a.and_not(&a), Bits256::new());
 }
+
+#[test]
+fn a_path_timeout_collapses_that_path_window_to_one_mtu() {
+    // Spec: MR-8.3.5, MR-6.3.2 — path 1 is black-holed until it times out;
+    // its window is then one MTU, the other path's is untouched.
+    let tweak = |c: &mut Config| {
+        c.num_paths = 2;
+        c.mtu = 1024;
+        c.min_path_rto = Duration::from_micros(200);
+    };
+    let (mut ca, mut cb) = (Config::test_pair(1, 2), Config::test_pair(2, 1));
+    tweak(&mut ca);
+    tweak(&mut cb);
+    let mut a = Connection::new(ca);
+    let mut b = Connection::new(cb);
+    let (mut ma, mut mb) = (VecMemory::new(), VecMemory::new());
+    mb.add_region(0x77, 0x1000, 1 << 16);
+    let (mut posted, mut done) = (0u64, 0u64);
+    let mut now = 1_000u64;
+    while a.stats().path_timeouts == 0 && now < 50_000_000 {
+        while a.poll_completion().is_some() {
+            done += 1;
+        }
+        while posted - done < 4 {
+            ma.set_local(posted, vec![3; 8192]);
+            a.post_send(SendWr::write(posted, 8192, 0x1000, 0x77))
+                .unwrap();
+            posted += 1;
+        }
+        for p in out(&mut a, now, &mut ma) {
+            if p[3] & 0x0f != 1 {
+                b.handle_datagram(Instant(now), 0xC000, false, &p, &mut mb);
+            }
+        }
+        for p in out(&mut b, now, &mut mb) {
+            a.handle_datagram(Instant(now), 0xC000, false, &p, &mut ma);
+        }
+        now = [a.poll_timeout(), b.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .map(|d| d.as_nanos())
+            .fold(now + 1_000_000, u64::min)
+            .max(now + 1);
+        a.handle_timeout(Instant(now));
+        b.handle_timeout(Instant(now));
+    }
+    assert_eq!(a.stats().path_timeouts, 1, "path 1 never timed out");
+    assert_eq!(a.path_info(1).unwrap().status, PathStatus::Suspect);
+    assert_eq!(
+        a.path_info(1).unwrap().cwnd,
+        1024,
+        "timed-out path's window"
+    );
+    assert!(
+        a.path_info(0).unwrap().cwnd > 1024,
+        "path 0's window {}",
+        a.path_info(0).unwrap().cwnd
+    );
+}
