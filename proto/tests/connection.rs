@@ -714,3 +714,80 @@ fn ack_echo_fields_update_the_echo_path_not_the_mrh_path() {
         1 - q
     );
 }
+
+#[test]
+fn no_data_on_a_suspect_or_failed_path_while_an_active_one_exists() {
+    // Spec: MR-6.3.1, MR-6.3.2, MR-6.2.2 — once path 1 has timed out
+    // (suspect, then failed), neither new data nor retransmissions go to it
+    // while other paths are active; only probes do. Everything sent on path
+    // 1 is black-holed, the other three paths are perfect.
+    let mut t = Pair::new(|c| c.mtu = 1024);
+    let path = |p: &(u16, Vec<u8>)| (p.1[3] & 0x0f) as usize;
+    let mut posted = 0u64;
+    let post = |t: &mut Pair, posted: &mut u64| {
+        t.ma.set_local(*posted, vec![*posted as u8; 4096]);
+        t.a.post_send(SendWr::write(*posted, 4096, 0x1000, 0x77))
+            .unwrap();
+        *posted += 1;
+    };
+    for _ in 0..4 {
+        post(&mut t, &mut posted);
+    }
+    let (mut done, mut seen_suspect, mut seen_failed) = (0u64, false, false);
+    let (mut data_after, mut probes) = (0usize, 0usize);
+    for round in 0..20_000 {
+        // The status path 1 had when the packets of this round were chosen.
+        let down = t.a.path_info(1).unwrap().status != PathStatus::Active;
+        let others_active = [0, 2, 3]
+            .iter()
+            .any(|&q| t.a.path_info(q).unwrap().status == PathStatus::Active);
+        for p in t.out_a() {
+            if path(&p) != 1 {
+                if down && is_data(&p) {
+                    data_after += 1;
+                }
+                t.deliver_b(&p);
+                continue;
+            }
+            if !is_data(&p) {
+                probes += 1;
+            }
+            assert!(
+                !(down && others_active && is_data(&p)),
+                "round {round}: data packet (opcode {:#x}) on {:?} path 1 \
+                 while another path is active",
+                p.1[1],
+                t.a.path_info(1).unwrap().status
+            );
+        }
+        for p in t.out_b() {
+            t.deliver_a(&p);
+        }
+        let st = t.a.path_info(1).unwrap().status;
+        seen_suspect |= st == PathStatus::Suspect;
+        seen_failed |= st == PathStatus::Failed;
+        for c in t.comps_a() {
+            assert_eq!(c.status, WcStatus::Success);
+            done += 1;
+        }
+        // Keep new data coming while path 1 is down.
+        if seen_suspect && posted < 40 && posted - done < 4 {
+            post(&mut t, &mut posted);
+        }
+        if done == 40 {
+            break;
+        }
+        // Next event: the earlier of 2 us and a's or b's next deadline.
+        let next = [t.a.poll_timeout(), t.b.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .map(|d| d.as_nanos())
+            .fold(t.now + 2_000, u64::min)
+            .max(t.now + 1);
+        t.tick(next - t.now);
+    }
+    assert_eq!(done, 40, "transfers did not complete");
+    assert!(seen_suspect && seen_failed, "path 1 never timed out");
+    assert!(probes > 0, "path 1 was never probed");
+    assert!(data_after > 0, "no data was sent while path 1 was down");
+}

@@ -219,3 +219,175 @@ fn tail_loss_probe_moves_the_in_flight_bytes_of_its_path() {
     want[to] += len;
     assert_eq!(after, want, "in flight per path before {before:?}");
 }
+
+#[test]
+fn a_failed_path_is_not_reprobed_before_its_backoff_interval() {
+    // Spec: MR-6.4.3, MR-6.4.4 — when a probe goes unanswered the path is
+    // failed and repathed, and its next probe waits the backoff interval
+    // (at least max(2 srtt, min_path_rto)); it is not sent at once. This
+    // pins the reference core's reading: the interval is counted from the
+    // unanswered probe's deadline (its path RTO), not from the probe. Path
+    // 1 is black-holed (data and probes), path 0 is perfect.
+    let tweak = |c: &mut Config| {
+        c.num_paths = 2;
+        c.mtu = 1024;
+        c.min_path_rto = Duration::from_micros(200);
+    };
+    let (mut ca, mut cb) = (Config::test_pair(1, 2), Config::test_pair(2, 1));
+    tweak(&mut ca);
+    tweak(&mut cb);
+    let min_path_rto = ca.min_path_rto.as_nanos();
+    let mut a = Connection::new(ca);
+    let mut b = Connection::new(cb);
+    let (mut ma, mut mb) = (VecMemory::new(), VecMemory::new());
+    mb.add_region(0x77, 0x1000, 1 << 16);
+    let (mut posted, mut done) = (0u64, 0u64);
+    let mut now = 1_000u64;
+    let mut probes = vec![];
+    let mut failed_at = vec![];
+    while now < 50_000_000 && probes.len() < 4 {
+        // Keep data flowing, so that acknowledgements keep arriving (no tail
+        // loss probe) and path 1 carries data until it times out.
+        while a.poll_completion().is_some() {
+            done += 1;
+        }
+        while posted - done < 4 {
+            ma.set_local(posted, vec![3; 8192]);
+            a.post_send(SendWr::write(posted, 8192, 0x1000, 0x77))
+                .unwrap();
+            posted += 1;
+        }
+        for p in out(&mut a, now, &mut ma) {
+            if p[3] & 0x0f == 1 {
+                if p[1] == 0x21 {
+                    probes.push(now);
+                }
+                continue;
+            }
+            b.handle_datagram(Instant(now), 0xC000, false, &p, &mut mb);
+        }
+        for p in out(&mut b, now, &mut mb) {
+            a.handle_datagram(Instant(now), 0xC000, false, &p, &mut ma);
+        }
+        now = [a.poll_timeout(), b.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .map(|d| d.as_nanos())
+            .fold(now + 1_000_000, u64::min)
+            .max(now + 1);
+        let (r, t) = (a.stats().repaths, a.stats().path_timeouts);
+        a.handle_timeout(Instant(now));
+        b.handle_timeout(Instant(now));
+        if a.stats().repaths > r && a.stats().path_timeouts == t {
+            failed_at.push(now); // an unanswered probe's deadline
+        }
+    }
+    assert!(probes.len() >= 3, "probes at {probes:?}");
+    assert!(!failed_at.is_empty(), "path 1 never failed");
+    let mut checked = 0;
+    for f in &failed_at {
+        if let Some(next) = probes.iter().find(|t| **t >= *f) {
+            checked += 1;
+            assert!(
+                next - f >= min_path_rto,
+                "re-probed {} ns after the probe deadline at {f} (probes {probes:?})",
+                next - f
+            );
+        }
+    }
+    assert!(
+        checked >= 2,
+        "failed at {failed_at:?}, probes at {probes:?}"
+    );
+}
+
+#[test]
+fn bits256_rotations_take_any_count_modulo_256() {
+    // rotate_down/rotate_up document "bit i of the result is bit (i + n) mod
+    // 256": that holds for every n, not only for n < 256.
+    let mut b = Bits256::new();
+    for i in [0u32, 1, 63, 64, 100, 200, 255] {
+        b.set(i);
+    }
+    for n in [
+        255u32,
+        256,
+        257,
+        511,
+        1000,
+        u32::MAX - 255,
+        u32::MAX - 1,
+        u32::MAX,
+    ] {
+        assert_eq!(b.rotate_down(n), b.rotate_down(n % 256), "rotate_down({n})");
+        assert_eq!(b.rotate_up(n), b.rotate_up(n % 256), "rotate_up({n})");
+    }
+}
+
+#[test]
+fn bits256_and_not_clears_exactly_the_other_bits() {
+    let a = Bits256([u64::MAX, 0xf0f0, 1 << 63, 5]);
+    let b = Bits256([0xff, 0xff00, 1 << 63, 4]);
+    assert_eq!(a.and_not(&b), Bits256([u64::MAX & !0xff, 0x00f0, 0, 1]));
+    assert_eq!(a.and_not(&Bits256::new()), a);
+    assert_eq!(a.and_not(&a), Bits256::new());
+}
+
+#[test]
+fn a_path_timeout_collapses_that_path_window_to_one_mtu() {
+    // Spec: MR-8.3.5, MR-6.3.2 — path 1 is black-holed until it times out;
+    // its window is then one MTU, the other path's is untouched.
+    let tweak = |c: &mut Config| {
+        c.num_paths = 2;
+        c.mtu = 1024;
+        c.min_path_rto = Duration::from_micros(200);
+    };
+    let (mut ca, mut cb) = (Config::test_pair(1, 2), Config::test_pair(2, 1));
+    tweak(&mut ca);
+    tweak(&mut cb);
+    let mut a = Connection::new(ca);
+    let mut b = Connection::new(cb);
+    let (mut ma, mut mb) = (VecMemory::new(), VecMemory::new());
+    mb.add_region(0x77, 0x1000, 1 << 16);
+    let (mut posted, mut done) = (0u64, 0u64);
+    let mut now = 1_000u64;
+    while a.stats().path_timeouts == 0 && now < 50_000_000 {
+        while a.poll_completion().is_some() {
+            done += 1;
+        }
+        while posted - done < 4 {
+            ma.set_local(posted, vec![3; 8192]);
+            a.post_send(SendWr::write(posted, 8192, 0x1000, 0x77))
+                .unwrap();
+            posted += 1;
+        }
+        for p in out(&mut a, now, &mut ma) {
+            if p[3] & 0x0f != 1 {
+                b.handle_datagram(Instant(now), 0xC000, false, &p, &mut mb);
+            }
+        }
+        for p in out(&mut b, now, &mut mb) {
+            a.handle_datagram(Instant(now), 0xC000, false, &p, &mut ma);
+        }
+        now = [a.poll_timeout(), b.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .map(|d| d.as_nanos())
+            .fold(now + 1_000_000, u64::min)
+            .max(now + 1);
+        a.handle_timeout(Instant(now));
+        b.handle_timeout(Instant(now));
+    }
+    assert_eq!(a.stats().path_timeouts, 1, "path 1 never timed out");
+    assert_eq!(a.path_info(1).unwrap().status, PathStatus::Suspect);
+    assert_eq!(
+        a.path_info(1).unwrap().cwnd,
+        1024,
+        "timed-out path's window"
+    );
+    assert!(
+        a.path_info(0).unwrap().cwnd > 1024,
+        "path 0's window {}",
+        a.path_info(0).unwrap().cwnd
+    );
+}

@@ -64,3 +64,46 @@ fn derived_tsns_differ_by_direction_and_pair() {
     // Only the 24-bit QPNs matter.
     assert_eq!(qpn_derived_tsn(0xff00_0001, 2), qpn_derived_tsn(1, 2));
 }
+
+#[test]
+fn no_adoption_once_a_packet_from_the_peer_was_accepted() {
+    // Spec: MR-7.1.5 — the derived TSN may be adopted only until the first
+    // packet from the peer is accepted. Here `a` first accepts an
+    // out-of-order WRITE at the TSN it was told (+1, so its cumulative point
+    // does not move); the READ response from the derived TSN must then be
+    // outside its window.
+    let (mut a, mut b, mut ma, mut mb) = pair(true);
+    ma.add_region(0x55, 0x2000, 64);
+    let mut c = Connection::new(Config::new(0x20, 0x10, 0x00ab_cdef, 1000));
+    let mut mc = VecMemory::new();
+    let mut buf = vec![0u8; c.max_packet_len()];
+    for w in 0..2 {
+        mc.set_local(w, vec![0x5a; 8]);
+        c.post_send(SendWr::write(w, 8, 0x2000 + 8 * w, 0x55))
+            .unwrap();
+    }
+    let mut pkts = vec![];
+    while let Some(t) = c.poll_transmit(Instant(0), &mut buf, &mut mc) {
+        pkts.push((t.src_port, buf[..t.len].to_vec()));
+    }
+    let second = pkts
+        .iter()
+        .find(|p| u32::from_be_bytes(p.1[12..16].try_into().unwrap()) == 0x00ab_cdf0)
+        .expect("the second WRITE");
+    a.handle_datagram(Instant(0), second.0, false, &second.1, &mut ma);
+    assert_eq!(a.stats().rx_dup, 0);
+    // Accepted: it is in the receive record, so a copy is a duplicate.
+    a.handle_datagram(Instant(0), second.0, false, &second.1, &mut ma);
+    assert_eq!(
+        a.stats().rx_dup,
+        1,
+        "the out-of-order WRITE was not accepted"
+    );
+    a.post_send(SendWr::read(1, 3000, 0x1000, 0x77)).unwrap();
+    shuttle(&mut a, &mut b, &mut ma, &mut mb);
+    assert!(
+        a.poll_completion()
+            .map_or(true, |c| c.status != WcStatus::Success),
+        "READ response from the derived TSN accepted after a packet at the told TSN"
+    );
+}

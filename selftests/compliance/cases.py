@@ -2168,3 +2168,62 @@ def t_cc_increase_exact(T):
         exp = 8192 + 4096 * 8192 // 16384
         check(w == [exp, exp], "windows %s after one clean ACK, expected %d each "
               "(8192 + ai 4096 * 8192 / total 16384)", w, exp)
+
+
+@case("MR-6.3.1 MR-6.3.2 MR-6.2.2 MR-5.4.2",
+      "no data (new or retransmitted) on a timed-out path while other paths are active")
+def t_no_data_on_down_path(T):
+    # Everything the DUT sends with MRH path id 2 is dropped, on every source
+    # port (so neither data nor probes get through and the path stays
+    # suspect, then failed); paths 0, 1 and 3 are acknowledged at once. The
+    # DUT sends its first PROBE on path 2 when it marks the path suspect
+    # (MR-6.3.2, probes before data: MR-5.4.3), so every data packet on
+    # path 2 received after that probe was chosen while path 2 was down.
+    prto = 200000     # the tester must acknowledge paths 0, 1 and 3 well within this
+    with link(T, paths=4, init_window=4 * 8 * 1024, min_path_rto_us=prto, min_rto_us=2000000,
+              max_rto_us=4000000, initial_rtt_us=5000) as L:
+        n = 600
+        post(T, L, 1, "write", len=n * 1024, va=0, rkey=1)
+        R = Receiver(L)
+        done_at = (L.dtsn0 + n) & 0xFFFFFFFF
+        log, ok = [], False
+        end = time.monotonic() + 5.0
+        while time.monotonic() < end and not ok:
+            r = L.recv(min(0.05, max(0.0, end - time.monotonic())))
+            if r is None:
+                continue
+            log.append(r)
+            if r.p.path == 2:
+                continue
+            if r.op == PROBE:
+                # The tester fell behind (a loaded machine) and another path
+                # timed out too: answer, so that it returns to service.
+                L.ack(R.cum, path=r.p.path, echo_ts=r.p.ts, rcv=0, flags=M.AF_PROBE,
+                      echo_psn=R.path_hi.get(r.p.path, (0, 0))[0])
+                continue
+            if not data_pred(r):
+                continue
+            R.take(r)
+            R.ack_path(r.p.path, msn=1 if R.cum == done_at else 0)
+            ok = R.cum == done_at
+        check(ok, "transfer did not complete around the dead path (cum at %d of %d)",
+              (R.cum - L.dtsn0) & 0xFFFFFFFF, n)
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check(c and c[0]["status"] == WC_SUCCESS, "completion %s", c)
+        first_probe = next((i for i, r in enumerate(log) if r.op == PROBE and r.p.path == 2),
+                           None)
+        check(first_probe is not None, "path 2 never timed out (no PROBE on it)")
+        # Once another path has timed out as well (a PROBE on it), the DUT
+        # may have had no active path left and may use path 2 again (MR-6.2.2:
+        # never deadlock); only data before that counts.
+        other_down = next((i for i, r in enumerate(log) if r.op == PROBE and r.p.path != 2),
+                          len(log))
+        late = [r for r in log[first_probe:other_down] if data_pred(r) and r.p.path == 2]
+        check(not late, "%d data packets (TSNs %s, %d retransmissions) sent on path 2 after it "
+              "timed out, while paths 0, 1 and 3 were active", len(late),
+              sorted({(r.p.tsn - L.dtsn0) & 0xFFFFFFFF for r in late})[:8],
+              sum(1 for r in late if r.flags & M.F_RETX))
+        other = [r for r in log[first_probe:other_down] if data_pred(r) and r.p.path != 2]
+        if not other:
+            raise Skip("another path timed out as soon as path 2 did (the tester fell behind "
+                       "the %d ms path RTO): no verdict" % (prto // 1000))
