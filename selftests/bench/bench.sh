@@ -368,11 +368,11 @@ mk_mp() {
     ip -n hostB addr add 198.18.1.2/24 dev veth1
     ip -n mprB addr add 198.18.1.254/24 dev hb
     for i in $(seq "$NPATHS"); do
-        ip link add pa$i netns mprA type veth peer name pb$i netns mprB
-        ip -n mprA addr add 198.18.1$i.1/24 dev pa$i
-        ip -n mprB addr add 198.18.1$i.2/24 dev pb$i
-        ip -n mprA link set pa$i up; ip -n mprB link set pb$i up
-        nhA+=(nexthop via 198.18.1$i.2 dev pa$i) nhB+=(nexthop via 198.18.1$i.1 dev pb$i)
+        ip link add "pa$i" netns mprA type veth peer name "pb$i" netns mprB
+        ip -n mprA addr add "198.18.1$i.1/24" dev "pa$i"
+        ip -n mprB addr add "198.18.1$i.2/24" dev "pb$i"
+        ip -n mprA link set "pa$i" up; ip -n mprB link set "pb$i" up
+        nhA+=(nexthop via "198.18.1$i.2" dev "pa$i") nhB+=(nexthop via "198.18.1$i.1" dev "pb$i")
     done
     ip -n hostA link set veth0 up; ip -n mprA link set ha up
     ip -n hostB link set veth1 up; ip -n mprB link set hb up
@@ -390,19 +390,19 @@ mp_state() { # healthy|degraded: per-path rate limit on every path; path 1 degra
     for i in $(seq "$NPATHS"); do
         extra=
         [ "$1" = degraded ] && [ "$i" = 1 ] && extra=$MP_DEGRADE
-        tc -n mprA qdisc del dev pa$i root 2>/dev/null; tc -n mprB qdisc del dev pb$i root 2>/dev/null
+        tc -n mprA qdisc del dev "pa$i" root 2>/dev/null; tc -n mprB qdisc del dev "pb$i" root 2>/dev/null
         [ -z "$MP_RATE$extra" ] && continue
         # shellcheck disable=SC2086
-        tc -n mprA qdisc add dev pa$i root netem $extra ${MP_RATE:+rate $MP_RATE} limit 100 &&
-            tc -n mprB qdisc add dev pb$i root netem $extra ${MP_RATE:+rate $MP_RATE} limit 100
+        tc -n mprA qdisc add dev "pa$i" root netem $extra ${MP_RATE:+rate $MP_RATE} limit 100 &&
+            tc -n mprB qdisc add dev "pb$i" root netem $extra ${MP_RATE:+rate $MP_RATE} limit 100
     done
 }
 # Packets each path carried so far, mprA -> mprB and back (pa<i> tx + pb<i> tx).
 mp_counts() {
     local i a b
     for i in $(seq "$NPATHS"); do
-        read -r a < <(ip netns exec mprA cat /sys/class/net/pa$i/statistics/tx_packets)
-        read -r b < <(ip netns exec mprB cat /sys/class/net/pb$i/statistics/tx_packets)
+        read -r a < <(ip netns exec mprA cat "/sys/class/net/pa$i/statistics/tx_packets")
+        read -r b < <(ip netns exec mprB cat "/sys/class/net/pb$i/statistics/tx_packets")
         printf '%s ' $((a + b))
     done
 }
