@@ -80,8 +80,11 @@ vm-shell:
 deb:
 	$(REPO)/packaging/build-debs
 
-# TCP vs rdma_rxe vs MetaRoCE side by side in one VM boot (tools/bench); the table is
-# printed and saved as out/bench-<date>/bench.txt, with bench.json and bench.csv.
+# TCP vs rdma_rxe vs siw vs MetaRoCE side by side in one VM boot of the plain kernel
+# (tools/bench, issue #5; not part of CI). The tables and target checks are printed
+# and saved as out/bench-<date>/bench.txt, with bench.md, bench.json, bench.png and
+# bench.csv. `make bench BENCH_QUICK=1` is the short version; other BENCH_* knobs
+# pass through the environment (see tools/bench).
 .PHONY: bench
 bench:
 	$(REPO)/tools/bench
