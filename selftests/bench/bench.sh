@@ -139,14 +139,17 @@ cpu_sampler() {
     while :; do read -r l < /proc/stat; echo "$EPOCHREALTIME $l"; sleep 0.2; done
 }
 # cpu_cost SAMPLES END RATE-MBIT -> "TOTAL KERNEL" CPU seconds per GB (10^9 bytes) over
-# [END - MARGIN - WINDOW, END - MARGIN]: perftest and iperf3 move data at the measured
-# rate for the last WINDOW + MARGIN seconds before they exit.
+# about [END - MARGIN - WINDOW, END - MARGIN/2]: perftest and iperf3 move data at the
+# measured rate for the last WINDOW + MARGIN seconds before they exit. The sampler
+# stalls for a second or more on a loaded host, so the first sample is the last one
+# at or before the window's start (else the first after it), and the interval the
+# samples really span is used if it covers at least half the window.
 cpu_cost() {
     awk -v e="$2" -v m="$MARGIN" -v w="$WINDOW" -v r="$3" -v hz="$HZ" '
         function busy() { return $3 + $4 + $5 + $8 + $9 + $10 }
         function kern() { return $5 + $8 + $9 }
-        $1 <= e - m - w { t1 = $1; b1 = busy(); k1 = kern() }
-        $1 <= e - m     { t2 = $1; b2 = busy(); k2 = kern() }
+        $1 <= e - m - w || t1 == "" { t1 = $1; b1 = busy(); k1 = kern() }
+        $1 <= e - m / 2 { t2 = $1; b2 = busy(); k2 = kern() }
         END {
             if (t1 == "" || t2 - t1 < w / 2 || r <= 0) exit 1
             gb = r * (t2 - t1) / 8 / 1000
