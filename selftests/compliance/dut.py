@@ -83,6 +83,7 @@ class LineDut:
         self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=stderr, env=env)
         self.buf = b""
+        self.wait_scale = 1.0       # see lib.Tester
         ready = self._line(start_timeout)
         if not ready.startswith("ready"):
             raise DutError("helper did not start: %r" % ready)
@@ -141,6 +142,7 @@ class LineDut:
     # Convenience wrappers -------------------------------------------------
 
     def wait_cq(self, qpn, n=1, timeout_ms=1000):
+        timeout_ms = int(timeout_ms * self.wait_scale)
         r = self.cmd("wait_cq qpn=%#x n=%d timeout_ms=%d" % (qpn, n, timeout_ms),
                      timeout=timeout_ms / 1000.0 + 5)
         return parse_cqes(r.get("cqes", ""))

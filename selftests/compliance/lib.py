@@ -119,7 +119,19 @@ class Rx:
         # kernel's receive timestamp): comparable with time.time() taken when the
         # tester sent something, to tell what the DUT sent before it could react.
         self.arrival = arrival if arrival is not None else time.time()
-        self.p = M.MRH(raw)
+        self._p = None
+
+    @property
+    def p(self):
+        """The Scapy view, built when first needed (stale traffic of other QPs
+        is told apart by dqpn without it)."""
+        if self._p is None:
+            self._p = M.MRH(self.raw)
+        return self._p
+
+    @property
+    def dqpn(self):
+        return int.from_bytes(self.raw[5:8], "big") if len(self.raw) >= 8 else None
 
     @property
     def op(self):
@@ -178,6 +190,10 @@ class Tester:
         self.txs = {}
         self.backlog = []
         self.t0 = time.monotonic()
+        # Waits for expected packets (and silence windows) are stretched by this
+        # for a slow DUT (an emulated guest); bounds checked against the DUT's
+        # timers are measured times and never scaled.
+        self.wait_scale = getattr(dut, "wait_scale", 1.0)
 
     def tx_sock(self, sport):
         s = self.txs.get(sport)
@@ -231,9 +247,9 @@ class Tester:
     def recv(self, qpn, timeout, pred=None):
         """Next packet addressed to our QPN `qpn` matching pred, or None."""
         for i, r in enumerate(self.backlog):
-            if r.p.dqpn == qpn and (pred is None or pred(r)):
+            if r.dqpn == qpn and (pred is None or pred(r)):
                 return self.backlog.pop(i)
-        end = time.monotonic() + timeout
+        end = time.monotonic() + timeout * self.wait_scale
         while True:
             left = end - time.monotonic()
             if left <= 0:
@@ -241,7 +257,7 @@ class Tester:
             r = self._recv_raw(left)
             if r is None:
                 return None
-            if len(r.raw) < 20 or r.p.dqpn != qpn:
+            if len(r.raw) < 20 or r.dqpn != qpn:
                 continue  # stale traffic of an earlier case
             if pred is None or pred(r):
                 return r
@@ -251,9 +267,9 @@ class Tester:
 
     def drain(self, qpn, timeout):
         """Everything for qpn arriving within `timeout` (a silence window)."""
-        out = [r for r in self.backlog if r.p.dqpn == qpn]
-        self.backlog = [r for r in self.backlog if r.p.dqpn != qpn]
-        end = time.monotonic() + timeout
+        out = [r for r in self.backlog if r.dqpn == qpn]
+        self.backlog = [r for r in self.backlog if r.dqpn != qpn]
+        end = time.monotonic() + timeout * self.wait_scale
         while True:
             left = end - time.monotonic()
             if left <= 0:
@@ -261,7 +277,7 @@ class Tester:
             r = self._recv_raw(left)
             if r is None:
                 return out
-            if len(r.raw) >= 20 and r.p.dqpn == qpn:
+            if len(r.raw) >= 20 and r.dqpn == qpn:
                 out.append(r)
 
     def now_ts(self):

@@ -47,6 +47,8 @@ def main():
     ap.add_argument("--dut-ip", default="127.0.0.2")
     ap.add_argument("--port", type=int, default=4792)
     ap.add_argument("--only", help="regex of case names to run")
+    ap.add_argument("--wait-scale", type=float, default=1.0,
+                    help="stretch waits for expected packets and completions (slow DUT)")
     ap.add_argument("--no-coverage", action="store_true")
     ap.add_argument("--quiet", action="store_true", help="no tracebacks (mutation runs)")
     ap.add_argument("--fail-fast", action="store_true",
@@ -93,6 +95,7 @@ def main():
                 crashed = "kernel DUT helper did not start: %s" % e
     T = None
     if dut is not None:
+        dut.wait_scale = args.wait_scale
         T = lib.Tester(dut, args.tester_ip, args.port, args.dut_ip)
         out.write("# DUT: %s\n" % " ".join("%s=%s" % kv for kv in dut.info.items()))
 
