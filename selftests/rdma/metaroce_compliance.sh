@@ -47,6 +47,10 @@ GA=$(gid_idx mrc0 0000:0000:0000:0000:0000:ffff:c612:0001)
 DUT="ip netns exec hostA env PYTHONPATH=$HERE/../lib python3 $COMP/dut_verbs.py --dev mrc0 --gid-index $GA --addr 198.18.0.1 --udp-port $PORT --num-paths $PATHS --cc-target-delay-us $TARGET_US"
 B timeout -k 10 "${METAROCE_COMPLIANCE_TIMEOUT:-1200}" python3 "$COMP/suite.py" --target kernel \
     --dut-cmd "$DUT" --tester-ip 198.18.0.2 --dut-ip 198.18.0.1 --port "$PORT" \
-    --dut-log "$OUTDIR/compliance-dut.log" ${METAROCE_COMPLIANCE_ARGS:-}
+    --wait-scale "${METAROCE_COMPLIANCE_WAIT_SCALE:-4}" --dut-log "$OUTDIR/compliance-dut.log" \
+    ${METAROCE_COMPLIANCE_ARGS:-}
 rc=$?
+# Diagnostics: the device's counters and any QP the helper left behind.
+rdma statistic show link mrc0/1 | sed 's/^/# /'
+rdma resource show qp link mrc0/1 | grep -v ' qpn 1 ' | sed 's/^/# left: /'
 exit $rc
