@@ -1110,7 +1110,7 @@ def t_completion_needs_delivery(T):
 
 def selective(T):
     # initial_rtt 200 ms: no tail-loss probe before the tester's first ACK.
-    with link(T, init_window=4 * 8 * 1024, paths=4, initial_rtt_us=200000) as L:
+    with link(T, init_window=AtLeast(4 * 8 * 1024), paths=4, initial_rtt_us=200000) as L:
         post(T, L, 1, "write", len=24 * 1024, va=0, rkey=1)
         rx = collect(L, 24, 1.0, first_tx)
         check(len(rx) == 24, "got %d of 24 packets", len(rx))
@@ -1367,8 +1367,9 @@ def t_rto_timing(T):
 @case("MR-5.5.3 MR-7.3.3 MR-7.3.4 MR-7.3.1",
       "retries exhausted: RETRY_EXC_ERR on the oldest WR, later WRs flushed")
 def t_retry_exceeded(T):
-    with link(T, paths=1, retry_cnt=1, min_rto_us=60000, min_path_rto_us=30000,
-              initial_rtt_us=5000, max_rto_us=120000) as L:
+    with link(T, paths=Prefer(1), retry_cnt=1, min_rto_us=Prefer(60000),
+              min_path_rto_us=Prefer(30000), initial_rtt_us=Prefer(5000),
+              max_rto_us=Prefer(120000)) as L:
         post(T, L, 1, "write", len=64, va=0, rkey=1)
         post(T, L, 2, "write", len=64, va=0, rkey=1)
         c = T.dut.wait_cq(L.dqpn, 2, 3000)
@@ -1407,7 +1408,7 @@ def t_rnr_requester(T):
 
 @case("MR-4.2.5 MR-7.3.3", "RNR retries exhausted: RNR_RETRY_EXC_ERR")
 def t_rnr_retry_exceeded(T):
-    with link(T, rnr_retry=1, min_path_rto_us=1000000, min_rto_us=2000000) as L:
+    with link(T, rnr_retry=1, min_path_rto_us=Prefer(1000000), min_rto_us=Prefer(2000000)) as L:
         post(T, L, 1, "send", len=10)
         for i in range(3):
             r = L.recv(1.0, data_pred)

@@ -85,11 +85,14 @@ def effective_conf(dut, paths, cfg):
     for anything else is skipped, naming the value it needs."""
     if dut.has("config"):
         conf = dict(SLOW)
+        conf["paths"] = paths.v if isinstance(paths, AtLeast) else paths
         conf.update({k: (v.v if isinstance(v, AtLeast) else v) for k, v in cfg.items()})
         return conf, conf
     conf = dict(dut.fixed)
     send = {}
-    if paths != conf.get("paths", paths):
+    if isinstance(paths, Prefer):
+        pass
+    elif paths != conf.get("paths", paths):
         raise Skip("needs %d paths; the DUT sprays over a fixed %d" % (paths, conf["paths"]))
     for k, v in cfg.items():
         if k in dut.settable and not isinstance(v, AtLeast):
@@ -97,8 +100,9 @@ def effective_conf(dut, paths, cfg):
         elif k in conf and (v.ok(conf[k]) if isinstance(v, AtLeast) else v == conf[k]):
             pass
         else:
-            raise Skip("needs create_qp %s=%s; the DUT's %s is %s (no per-QP configuration)"
-                       % (k, v, k, conf.get(k, "not settable")))
+            raise Skip("needs create_qp %s%s%s; the DUT's %s is %s (no per-QP configuration)"
+                       % (k, " " if isinstance(v, AtLeast) else "=", v, k,
+                          conf.get(k, "not settable")))
     return send, conf
 
 
@@ -298,9 +302,11 @@ class Link:
         self.pqpn = rand24()    # ours
         self.dtsn0 = random.getrandbits(T.dut.tsn_bits)
         self.tsn0 = random.getrandbits(T.dut.tsn_bits)
+        send, self.conf = effective_conf(self.dut, paths, cfg)
+        # paths=Prefer(n): n paths where configurable, else the DUT's own count.
+        paths = self.conf.pop("paths", paths)
         self.npaths = paths
         self.mtu = mtu
-        send, self.conf = effective_conf(self.dut, paths, cfg)
         self.ports = T.free_ports(paths)
         extra = " ".join("%s=%s" % kv for kv in send.items())
         r = self.dut.cmd("create_qp qpn=%#x peer_qpn=%#x tsn=%#x peer_tsn=%#x peer=%s "
