@@ -52,5 +52,5 @@ B timeout -k 10 "${METAROCE_COMPLIANCE_TIMEOUT:-1200}" python3 "$COMP/suite.py" 
 rc=$?
 # Diagnostics: the device's counters and any QP the helper left behind.
 rdma statistic show link mrc0/1 | sed 's/^/# /'
-rdma resource show qp link mrc0/1 | grep -v ' qpn 1 ' | sed 's/^/# left: /'
+rdma resource show qp link mrc0/1 | grep -v ' lqpn 1 ' | sed 's/^/# left: /'
 exit $rc
