@@ -691,6 +691,9 @@ impl Engine {
                 }
                 let Engine { conn, q, pd, access, counters, .. } = self;
                 let Some(conn) = conn.as_mut() else { return };
+                // A receive posted before this datagram arrived must be usable by it,
+                // even if the work has not run since (else a needless RNR NAK).
+                feed_receives(q, conn);
                 let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters };
                 conn.handle_datagram(now, src_port, ce, bytes, &mut mem);
             }

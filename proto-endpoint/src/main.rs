@@ -419,7 +419,7 @@ impl Endpoint {
         let a = Args::parse(&words[1..]);
         let r = match *cmd {
             "hello" => format!(
-                "ok impl=metaroce-endpoint addr={} port={} caps=events,counters,mem,paths,config,connect endian={}",
+                "ok impl=metaroce-endpoint addr={} port={} caps=events,counters,mem,paths,config,connect,invalidate,solicited endian={}",
                 self.local_ip,
                 self.port,
                 if cfg!(target_endian = "little") { "little" } else { "big" }

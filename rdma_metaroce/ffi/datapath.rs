@@ -569,8 +569,11 @@ unsafe fn decode_send<'a>(
                 let x = unsafe { &*(w as *const raw::ib_send_wr).cast::<raw::ib_atomic_wr>() };
                 r.remote_va = x.remote_addr;
                 r.rkey = x.rkey;
-                r.compare = x.compare_add;
-                r.swap_add = if op == WrOpcode::AtomicCas { x.swap } else { x.compare_add };
+                // verbs: CAS compares with `compare_add` and swaps in `swap`; FAA adds
+                // `compare_add`. The wire's Compare field is zero for FAA (MR-3.3.4).
+                let cas = op == WrOpcode::AtomicCas;
+                r.compare = if cas { x.compare_add } else { 0 };
+                r.swap_add = if cas { x.swap } else { x.compare_add };
             }
             _ => {}
         }

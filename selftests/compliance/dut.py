@@ -4,25 +4,38 @@
 The suite talks to the DUT's *control helper* with one text line per
 command and one reply line per command (``ok key=value ...`` or
 ``err message``). The userspace target's helper is the reference endpoint
-itself (``proto-endpoint``); a kernel target provides a small verbs helper
-program speaking the same lines inside the DUT's namespace/VM (create_qp ->
-ibv_create_qp + ibv_modify_qp to RTS with the given QPNs/PSNs, reg_mr ->
-ibv_reg_mr, post_* -> ibv_post_*, wait_cq -> ibv_poll_cq, mem_read ->
-memcpy from the MR). Commands a helper cannot implement are answered
+itself (``proto-endpoint``); the kernel target's helper is ``dut_verbs.py``,
+a pyverbs program speaking the same lines inside the DUT's namespace
+(create_qp -> ibv_create_qp + ibv_modify_qp to RTS with the peer's QPN and
+the given PSNs, reg_mr -> ibv_reg_mr, post_* -> ibv_post_*, wait_cq ->
+ibv_poll_cq, mem_read -> memcpy from the MR). Commands a helper cannot implement are answered
 ``err unsupported``; the ``hello`` reply lists capabilities (``caps=``),
 and cases that need a missing capability SKIP.
 
+A helper for a device that allocates its own identifiers answers
+``create_qp`` with ``qpn=`` and ``reg_mr`` with ``rkey=`` and ``va=``; the
+suite then uses those instead of the ones it proposed. A helper without
+per-QP configuration (no ``config`` capability) reports in ``hello`` the
+values it runs with (``fixed=key:value,...``, same keys as create_qp), the
+create_qp keys it does set (``settable=``) and the width of its TSNs
+(``tsn_bits=``, default 32); ``lib.effective_conf`` skips cases needing
+other values. Capabilities: events, counters, mem, paths, config, connect,
+invalidate (remote invalidation, SEND_INV), solicited (completions report
+the SOLICITED flag).
+
 Commands (numbers decimal or 0x-hex; data hex):
 
-  hello
+  hello       -> ok caps=... endian= [fixed= settable= tsn_bits=]
   create_qp qpn= peer_qpn= tsn= peer_tsn= peer=IP peer_port= paths= mtu=
             [peer_paths= (the peer's path count, MR-7.1.4; default: paths=)
              ack_delay_us= initial_rtt_us= min_path_rto_us= min_rto_us=
              max_rto_us= retry_cnt= rnr_retry= rnr_timer= ack_every=
              init_window= max_window= target_qdelay_us= ai= beta_q16=
              max_mdf_q16= ecn_g_shift= credit= port_base=]
+            -> ok [qpn=]
   destroy_qp qpn=
   reg_mr rkey= va= len= access=[rwai-] [fill=]     dereg_mr rkey=
+            -> ok [rkey= va=]
   mem_write rkey= off= data=                       mem_read rkey= off= len=
   post_recv qpn= wr= len=
   post_send qpn= wr= op=send|send_imm|send_inv|write|write_imm|read|cas|faa
@@ -65,16 +78,23 @@ def parse_reply(line):
 class LineDut:
     """A DUT helper reached through a pipe (stdin/stdout)."""
 
-    def __init__(self, argv, env=None, stderr=None):
+    def __init__(self, argv, env=None, stderr=None, start_timeout=10.0):
         self.argv = argv
         self.p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=stderr, env=env)
         self.buf = b""
-        ready = self._line(10.0)
+        self.wait_scale = 1.0       # see lib.Tester
+        ready = self._line(start_timeout)
         if not ready.startswith("ready"):
             raise DutError("helper did not start: %r" % ready)
         self.info = self.cmd("hello")
         self.caps = set(self.info.get("caps", "").split(","))
+        # A DUT without per-QP configuration reports its fixed values and the
+        # create_qp keys it does set (kernel target: the verbs attributes).
+        self.fixed = {k: int(v, 0) for k, v in
+                      (kv.split(":", 1) for kv in self.info.get("fixed", "").split(",") if kv)}
+        self.settable = set(self.info.get("settable", "").split(",")) - {""}
+        self.tsn_bits = int(self.info.get("tsn_bits", "32"))
         self.endian = "<" if self.info.get("endian", "little") == "little" else ">"
 
     def _line(self, timeout):
@@ -122,6 +142,7 @@ class LineDut:
     # Convenience wrappers -------------------------------------------------
 
     def wait_cq(self, qpn, n=1, timeout_ms=1000):
+        timeout_ms = int(timeout_ms * self.wait_scale)
         r = self.cmd("wait_cq qpn=%#x n=%d timeout_ms=%d" % (qpn, n, timeout_ms),
                      timeout=timeout_ms / 1000.0 + 5)
         return parse_cqes(r.get("cqes", ""))

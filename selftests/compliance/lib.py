@@ -17,6 +17,7 @@ import metaroce_scapy as M
 from dut import Skip
 
 IP_RECVTOS = getattr(socket, "IP_RECVTOS", 13)
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 TOS_ECT0, TOS_CE = 2, 3
 
 # Timer profile for a Python peer (MR-8.6.1: parameters are configurable).
@@ -31,6 +32,80 @@ class Fail(Exception):
     pass
 
 
+class AtLeast:
+    """A create_qp value a case needs as a lower bound only: sent as is to a
+    configurable DUT; a DUT with fixed values runs the case if its own value is
+    at least this."""
+
+    def __init__(self, v, send=None):
+        self.v = v if send is None else send     # what a configurable DUT is given
+        self.need = v
+
+    def ok(self, have):
+        return have >= self.need
+
+    def __str__(self):
+        return ">=%d" % self.need
+
+
+class AtMost(AtLeast):
+    def ok(self, have):
+        return have <= self.need
+
+    def __str__(self):
+        return "<=%d" % self.need
+
+
+class Prefer(AtLeast):
+    """A value that sharpens a check on a configurable DUT (e.g. a long ack_delay
+    makes "answered at once" meaningful) but that the case can check against any
+    fixed value too."""
+
+    def ok(self, have):
+        return True
+
+    def __str__(self):
+        return "%d (preferred)" % self.v
+
+
+def timers_outpace_tester(L):
+    """Whether the DUT's retransmission timers may fire before a scripted peer
+    answers (a fixed configuration below SLOW's), so that a retransmission can
+    race an acknowledgement in flight."""
+    return (L.conf.get("initial_rtt_us", 0) < SLOW["initial_rtt_us"] or
+            L.conf.get("min_path_rto_us", 0) < SLOW["min_path_rto_us"])
+
+
+def effective_conf(dut, paths, cfg):
+    """(keys to send with create_qp, the QP's effective configuration).
+
+    A DUT with the "config" capability takes SLOW plus the case's values. A DUT
+    without it (kernel target: verbs has no per-QP timers) runs with the values
+    it reports in `fixed` plus what modify_qp sets (`settable`); a case asking
+    for anything else is skipped, naming the value it needs."""
+    if dut.has("config"):
+        conf = dict(SLOW)
+        conf["paths"] = paths.v if isinstance(paths, AtLeast) else paths
+        conf.update({k: (v.v if isinstance(v, AtLeast) else v) for k, v in cfg.items()})
+        return conf, conf
+    conf = dict(dut.fixed)
+    send = {}
+    if isinstance(paths, Prefer):
+        pass
+    elif paths != conf.get("paths", paths):
+        raise Skip("needs %d paths; the DUT sprays over a fixed %d" % (paths, conf["paths"]))
+    for k, v in cfg.items():
+        if k in dut.settable and not isinstance(v, AtLeast):
+            send[k] = conf[k] = v
+        elif k in conf and (v.ok(conf[k]) if isinstance(v, AtLeast) else v == conf[k]):
+            pass
+        else:
+            raise Skip("needs create_qp %s%s%s; the DUT's %s is %s (no per-QP configuration)"
+                       % (k, " " if isinstance(v, AtLeast) else "=", v, k,
+                          conf.get(k, "not settable")))
+    return send, conf
+
+
 def check(cond, msg, *a):
     if not cond:
         raise Fail(msg % a if a else msg)
@@ -39,12 +114,28 @@ def check(cond, msg, *a):
 class Rx:
     """A received packet: scapy view plus metadata."""
 
-    def __init__(self, raw, sport, tos, t):
+    def __init__(self, raw, sport, tos, t, arrival=None):
         self.raw = raw
         self.sport = sport
         self.tos = tos
         self.t = t
-        self.p = M.MRH(raw)
+        # When the packet reached the tester's socket (CLOCK_REALTIME, from the
+        # kernel's receive timestamp): comparable with time.time() taken when the
+        # tester sent something, to tell what the DUT sent before it could react.
+        self.arrival = arrival if arrival is not None else time.time()
+        self._p = None
+
+    @property
+    def p(self):
+        """The Scapy view, built when first needed (stale traffic of other QPs
+        is told apart by dqpn without it)."""
+        if self._p is None:
+            self._p = M.MRH(self.raw)
+        return self._p
+
+    @property
+    def dqpn(self):
+        return int.from_bytes(self.raw[5:8], "big") if len(self.raw) >= 8 else None
 
     @property
     def op(self):
@@ -83,6 +174,9 @@ class Rx:
             s += " cum=%d syn=%d msn=%d echo_path=%d echo_psn=%d rcv=%d ce=%d af=%#x" % (
                 a.cum_tsn, a.syndrome, a.msn, a.echo_path, a.echo_psn, a.rcv_count,
                 a.ce_count, int(a.ack_flags))
+        if getattr(self, "late_ms", None) is not None:
+            s += " (sent <=%.1f ms, arrived %.1f ms after the tester's packet)" % (
+                self.late_ms, self.arrival_ms)
         return s
 
 
@@ -96,9 +190,14 @@ class Tester:
         self.rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.rx.bind((ip, port))
         self.rx.setsockopt(socket.IPPROTO_IP, IP_RECVTOS, 1)
+        self.rx.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.txs = {}
         self.backlog = []
         self.t0 = time.monotonic()
+        # Waits for expected packets (and silence windows) are stretched by this
+        # for a slow DUT (an emulated guest); bounds checked against the DUT's
+        # timers are measured times and never scaled.
+        self.wait_scale = getattr(dut, "wait_scale", 1.0)
 
     def tx_sock(self, sport):
         s = self.txs.get(sport)
@@ -135,21 +234,26 @@ class Tester:
     def _recv_raw(self, timeout):
         self.rx.settimeout(max(timeout, 0.0001))
         try:
-            data, anc, _, addr = self.rx.recvmsg(65536, socket.CMSG_SPACE(4))
+            data, anc, _, addr = self.rx.recvmsg(65536, socket.CMSG_SPACE(4) +
+                                                 socket.CMSG_SPACE(16))
         except (socket.timeout, BlockingIOError):
             return None
         tos = 0
+        arrival = None
         for lvl, typ, d in anc:
             if lvl == socket.IPPROTO_IP and typ == socket.IP_TOS and d:
                 tos = d[0]
-        return Rx(data, addr[1], tos, time.monotonic())
+            elif lvl == socket.SOL_SOCKET and typ == SO_TIMESTAMPNS and len(d) >= 16:
+                sec, nsec = struct.unpack("qq", d[:16])
+                arrival = sec + nsec / 1e9
+        return Rx(data, addr[1], tos, time.monotonic(), arrival)
 
     def recv(self, qpn, timeout, pred=None):
         """Next packet addressed to our QPN `qpn` matching pred, or None."""
         for i, r in enumerate(self.backlog):
-            if r.p.dqpn == qpn and (pred is None or pred(r)):
+            if r.dqpn == qpn and (pred is None or pred(r)):
                 return self.backlog.pop(i)
-        end = time.monotonic() + timeout
+        end = time.monotonic() + timeout * self.wait_scale
         while True:
             left = end - time.monotonic()
             if left <= 0:
@@ -157,7 +261,7 @@ class Tester:
             r = self._recv_raw(left)
             if r is None:
                 return None
-            if len(r.raw) < 20 or r.p.dqpn != qpn:
+            if len(r.raw) < 20 or r.dqpn != qpn:
                 continue  # stale traffic of an earlier case
             if pred is None or pred(r):
                 return r
@@ -167,9 +271,9 @@ class Tester:
 
     def drain(self, qpn, timeout):
         """Everything for qpn arriving within `timeout` (a silence window)."""
-        out = [r for r in self.backlog if r.p.dqpn == qpn]
-        self.backlog = [r for r in self.backlog if r.p.dqpn != qpn]
-        end = time.monotonic() + timeout
+        out = [r for r in self.backlog if r.dqpn == qpn]
+        self.backlog = [r for r in self.backlog if r.dqpn != qpn]
+        end = time.monotonic() + timeout * self.wait_scale
         while True:
             left = end - time.monotonic()
             if left <= 0:
@@ -177,7 +281,7 @@ class Tester:
             r = self._recv_raw(left)
             if r is None:
                 return out
-            if len(r.raw) >= 20 and r.p.dqpn == qpn:
+            if len(r.raw) >= 20 and r.dqpn == qpn:
                 out.append(r)
 
     def now_ts(self):
@@ -194,20 +298,23 @@ class Link:
     def __init__(self, T, paths=4, mtu=1024, **cfg):
         self.T = T
         self.dut = T.dut
-        self.dqpn = rand24()    # the DUT's QPN
+        self.dqpn = rand24()    # the DUT's QPN (unless the DUT allocates it)
         self.pqpn = rand24()    # ours
-        self.dtsn0 = random.getrandbits(32)
-        self.tsn0 = random.getrandbits(32)
+        self.dtsn0 = random.getrandbits(T.dut.tsn_bits)
+        self.tsn0 = random.getrandbits(T.dut.tsn_bits)
+        send, self.conf = effective_conf(self.dut, paths, cfg)
+        # paths=Prefer(n): n paths where configurable, else the DUT's own count.
+        paths = self.conf.pop("paths", paths)
         self.npaths = paths
         self.mtu = mtu
         self.ports = T.free_ports(paths)
-        conf = dict(SLOW)
-        conf.update(cfg)
-        self.conf = conf
-        extra = " ".join("%s=%s" % kv for kv in conf.items())
-        self.dut.cmd("create_qp qpn=%#x peer_qpn=%#x tsn=%#x peer_tsn=%#x peer=%s peer_port=%d "
-                     "paths=%d mtu=%d %s" % (self.dqpn, self.pqpn, self.dtsn0, self.tsn0,
-                                             T.ip, T.port, paths, mtu, extra))
+        extra = " ".join("%s=%s" % kv for kv in send.items())
+        r = self.dut.cmd("create_qp qpn=%#x peer_qpn=%#x tsn=%#x peer_tsn=%#x peer=%s "
+                         "peer_port=%d paths=%d mtu=%d %s" % (self.dqpn, self.pqpn, self.dtsn0,
+                                                              self.tsn0, T.ip, T.port, paths, mtu,
+                                                              extra))
+        if "qpn" in r:          # a DUT that allocates its QP numbers (kernel target)
+            self.dqpn = int(r["qpn"], 0)
         self.tsn = self.tsn0
         self.psn = [random.getrandbits(32) for _ in range(paths)]
         self.msn = 0
@@ -372,6 +479,30 @@ class Receiver:
         n = self.path_cnt.pop(p, 0)
         kw.setdefault("rcv", n)
         return self.L.ack(cum, sacked, path=p, echo_psn=hi[0], echo_ts=hi[1], msn=msn, **kw)
+
+
+def dut_sent_after(t, pkts, ref=()):
+    """The packets of `pkts` the DUT may have sent after tester time t (time.time()).
+
+    A packet's send time on the tester's clock is bounded from above by its
+    transmit timestamp (the DUT's ns clock, MR-3.2.8) plus the smallest
+    arrival-minus-timestamp offset seen over `pkts` and `ref` (offset = clock
+    difference + one-way delay, so the minimum overestimates no send time).
+    Packets bounded at or before t were sent before the DUT could react to
+    what the tester sent at t."""
+    allp = [r for r in list(pkts) + list(ref) if r.p.ts]
+    if not allp:
+        return list(pkts)
+    base = allp[0].p.ts
+
+    def rel(r):     # DUT time relative to base, seconds (32-bit ns wraps)
+        return (((r.p.ts - base + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)) / 1e9
+    off = min(r.arrival - rel(r) for r in allp)
+    out = [r for r in pkts if not r.p.ts or rel(r) + off > t]
+    for r in out:   # for failure messages: how late the DUT sent it, at the earliest
+        r.late_ms = (rel(r) + off - t) * 1e3 if r.p.ts else None
+        r.arrival_ms = (r.arrival - t) * 1e3
+    return out
 
 
 def data_pred(r):

@@ -8,6 +8,7 @@ Usually started by ``selftests/compliance/run``.
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -40,10 +41,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", choices=["userspace", "kernel"], default="userspace")
     ap.add_argument("--endpoint", help="path of the metaroce-endpoint binary (userspace)")
+    ap.add_argument("--dut-cmd", help="command line of the DUT control helper (kernel target: "
+                    "dut_verbs.py, started in the DUT's network namespace)")
     ap.add_argument("--tester-ip", default="127.0.0.1")
     ap.add_argument("--dut-ip", default="127.0.0.2")
     ap.add_argument("--port", type=int, default=4792)
     ap.add_argument("--only", help="regex of case names to run")
+    ap.add_argument("--wait-scale", type=float, default=1.0,
+                    help="stretch waits for expected packets and completions (slow DUT)")
     ap.add_argument("--no-coverage", action="store_true")
     ap.add_argument("--quiet", action="store_true", help="no tracebacks (mutation runs)")
     ap.add_argument("--fail-fast", action="store_true",
@@ -68,23 +73,33 @@ def main():
 
     dut = None
     skip_all = None
-    if args.target == "kernel":
-        skip_all = ("kernel target: the rdma_metaroce data path does not exist yet; "
-                    "it will run the verbs helper (same control lines) in the VM tier")
+    crashed = None
+    if args.target == "kernel" and not args.dut_cmd:
+        skip_all = ("kernel target: runs in the VM tier (selftests/rdma/metaroce_compliance.sh "
+                    "starts dut_verbs.py next to an rdma_metaroce device)")
     else:
+        if args.target == "kernel":
+            argv = shlex.split(args.dut_cmd)
+        else:
+            argv = [args.endpoint, "--addr", args.dut_ip, "--port", str(args.port)]
         try:
             log = open(args.dut_log, "w") if args.dut_log else subprocess.DEVNULL
-            dut = LineDut([args.endpoint, "--addr", args.dut_ip, "--port", str(args.port)],
-                          stderr=log)
+            # pyverbs in an emulated guest can take a while to import.
+            dut = LineDut(argv, stderr=log, start_timeout=10.0 if args.target == "userspace"
+                          else 120.0)
         except (DutError, OSError) as e:
-            skip_all = "userspace endpoint did not start: %s" % e
-            print("# " + skip_all)
+            if args.target == "userspace":
+                skip_all = "userspace endpoint did not start: %s" % e
+                print("# " + skip_all)
+            else:       # the VM tier set the kernel target up: not starting is a failure
+                crashed = "kernel DUT helper did not start: %s" % e
     T = None
     if dut is not None:
+        dut.wait_scale = args.wait_scale
         T = lib.Tester(dut, args.tester_ip, args.port, args.dut_ip)
+        out.write("# DUT: %s\n" % " ".join("%s=%s" % kv for kv in dut.info.items()))
 
     results = {}
-    crashed = None
     npass = nfail = nskip = ntodo = 0
     for i, c in enumerate(sel, 1):
         tag = "[%s] %s: %s" % (" ".join(c.clauses), c.name, c.desc)
@@ -126,6 +141,12 @@ def main():
         else:
             nfail += 1
             out.write("not ok %d - %s (%.2fs)\n#   %s\n" % (i, tag, dt, msg))
+            if dut is not None and dut.has("diag"):
+                try:
+                    out.write("#   DUT: %s\n" % " ".join(
+                        "%s=%s" % kv for kv in dut.cmd("diag").items()))
+                except DutError as e:
+                    out.write("#   DUT diag: %s\n" % e)
             if args.fail_fast:
                 skip_all = "fail-fast after %s" % c.name
         out.flush()

@@ -1,0 +1,402 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""DUT control helper for the kernel target: dut.py's line protocol over
+stdin/stdout, implemented with pyverbs against an ``rdma_metaroce`` device.
+
+  dut_verbs.py --dev mrc0 --gid-index N --addr 198.18.0.1
+
+create_qp is ibv_create_qp (RC) plus ibv_modify_qp to INIT/RTR/RTS with the
+peer's QPN, the verbs PSNs (which the module uses as the initial TSNs of the
+two directions, MR-7.1.5) and the peer's IPv4-mapped GID. The device
+allocates QP numbers and memory keys and registers real buffers, so
+create_qp answers ``qpn=`` and reg_mr answers ``rkey=`` and ``va=``; the
+suite adopts them.
+
+Verbs gives no per-QP control of the transport's timers or congestion
+control: the module fixes them (rdma_metaroce/engine.rs, ``config_for``) or
+takes them from module parameters. ``hello`` reports those values
+(``fixed=``), the attributes that modify_qp does set (``settable=``) and the
+TSN width (verbs PSNs are 24 bits); cases needing other values SKIP.
+"""
+
+import argparse
+import errno
+import os
+import select
+import socket
+import subprocess
+import sys
+import time
+
+import pyverbs.device as d
+from pyverbs.addr import AHAttr, GID, GlobalRoute
+from pyverbs.cq import CQ, CompChannel
+from pyverbs.mr import MR
+from pyverbs.pd import PD
+from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
+from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
+from pyverbs.wr import SGE, RecvWR, SendWR
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from pyverbs_compat import e  # noqa: E402
+
+# The module's fixed connection configuration (rdma_metaroce/engine.rs,
+# Engine::config_for), plus proto's defaults it keeps (Config::new: ack_every;
+# CcConfig::default: the congestion control parameters). paths and
+# target_qdelay_us come from the module parameters (given on the command line).
+FIXED = dict(ack_delay_us=0, ack_every=4, initial_rtt_us=500, min_path_rto_us=10000,
+             min_rto_us=50000, max_rto_us=500000, init_window=128 * 1024,
+             max_window=4 * 1024 * 1024, ai=4096, beta_q16=52429, max_mdf_q16=32768,
+             ecn_g_shift=4)
+# create_qp keys that modify_qp sets per QP.
+SETTABLE = ("retry_cnt", "rnr_retry", "rnr_timer", "max_rd_atomic", "mtu")
+MTUS = {256: e.IBV_MTU_256, 512: e.IBV_MTU_512, 1024: e.IBV_MTU_1024,
+        2048: e.IBV_MTU_2048, 4096: e.IBV_MTU_4096}
+
+SQ_DEPTH, RQ_DEPTH = 128, 64
+REMOTE = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ |
+          e.IBV_ACCESS_REMOTE_ATOMIC)
+WC_OPCODES = {e.IBV_WC_SEND: "send", e.IBV_WC_RDMA_WRITE: "write", e.IBV_WC_RDMA_READ: "read",
+              e.IBV_WC_COMP_SWAP: "cas", e.IBV_WC_FETCH_ADD: "faa", e.IBV_WC_RECV: "recv",
+              e.IBV_WC_RECV_RDMA_WITH_IMM: "recv_imm"}
+WR_OPCODES = {"send": e.IBV_WR_SEND, "send_imm": e.IBV_WR_SEND_WITH_IMM,
+              "send_inv": e.IBV_WR_SEND_WITH_INV, "write": e.IBV_WR_RDMA_WRITE,
+              "write_imm": e.IBV_WR_RDMA_WRITE_WITH_IMM, "read": e.IBV_WR_RDMA_READ,
+              "cas": e.IBV_WR_ATOMIC_CMP_AND_SWP, "faa": e.IBV_WR_ATOMIC_FETCH_AND_ADD}
+
+
+class Err(Exception):
+    pass
+
+
+def num(v):
+    return int(v, 0)
+
+
+def mapped_gid(ip):
+    a = [int(x) for x in ip.split(".")]
+    return "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x" % tuple(a)
+
+
+class Qp:
+    """One RC QP with its own CQ (send and receive) and completion channel."""
+
+    def __init__(self, h, a):
+        self.h = h
+        self.ch = CompChannel(h.ctx)
+        self.cq = CQ(h.ctx, 2 * (SQ_DEPTH + RQ_DEPTH), None, self.ch, 0)
+        self.cq.req_notify()
+        cap = QPCap(max_send_wr=SQ_DEPTH, max_recv_wr=RQ_DEPTH, max_send_sge=1, max_recv_sge=1,
+                    max_inline_data=0)
+        self.qp = QP(h.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap,
+                                      sq_sig_all=0))
+        self.qpn = self.qp.qp_num
+        self.local = {}       # wr -> MR (send side local buffer)
+        self.recv = {}        # wr -> MR (receive buffer)
+        self.mrs = []         # reg_mr keys registered while this QP was the newest
+        mtu = num(a.get("mtu", "1024"))
+        if mtu not in MTUS:
+            raise Err("mtu %d is not a verbs path MTU" % mtu)
+        paths = num(a.get("paths", str(h.paths)))
+        if paths != h.paths or num(a.get("peer_paths", str(paths))) != h.paths:
+            raise Err("paths=%d: the module sprays over num_paths=%d" % (paths, h.paths))
+        if num(a.get("peer_port", str(h.port))) != h.port:
+            raise Err("peer_port must be the module's udp_port %d" % h.port)
+        for k in a:
+            if k not in ("qpn", "peer_qpn", "tsn", "peer_tsn", "peer", "peer_port", "paths",
+                         "peer_paths") + SETTABLE:
+                raise Err("unsupported create_qp key %s (no per-QP configuration)" % k)
+        tsn, peer_tsn = num(a["tsn"]), num(a["peer_tsn"])
+        if tsn >= 1 << 24 or peer_tsn >= 1 << 24:
+            raise Err("TSNs are 24-bit verbs PSNs here")
+        attr = QPAttr(path_mtu=MTUS[mtu])
+        attr.qp_access_flags = REMOTE
+        attr.dest_qp_num = num(a["peer_qpn"])
+        attr.sq_psn = tsn
+        attr.rq_psn = peer_tsn
+        rd = num(a.get("max_rd_atomic", "16"))
+        attr.max_rd_atomic = rd
+        attr.max_dest_rd_atomic = rd
+        if "rnr_timer" in a:
+            attr.min_rnr_timer = num(a["rnr_timer"])
+        attr.timeout = 14
+        attr.retry_cnt = num(a.get("retry_cnt", "7"))
+        attr.rnr_retry = num(a.get("rnr_retry", "7"))
+        gr = GlobalRoute(dgid=GID(mapped_gid(a["peer"])), sgid_index=h.gid_index, hop_limit=64)
+        attr.ah_attr = AHAttr(gr=gr, is_global=1, port_num=1)
+        self.qp.to_rts(attr)
+
+    def close(self):
+        self.qp.close()
+        for m in list(self.local.values()) + list(self.recv.values()):
+            m.close()
+        self.cq.close()
+        self.ch.close()
+
+
+class Helper:
+    def __init__(self, args):
+        self.dev = args.dev
+        self.ctx = d.Context(name=args.dev)
+        self.pd = PD(self.ctx)
+        self.gid_index = args.gid_index
+        self.addr = args.addr
+        self.paths = args.num_paths
+        self.port = args.udp_port
+        self.target_us = args.cc_target_delay_us
+        self.qps = {}
+        self.newest = None
+        self.mrs = {}         # rkey -> MR
+
+    def qp(self, a):
+        q = self.qps.get(num(a["qpn"]))
+        if q is None:
+            raise Err("no such qp")
+        return q
+
+    def mr(self, a):
+        m = self.mrs.get(num(a["rkey"]))
+        if m is None:
+            raise Err("no such mr")
+        return m
+
+    # -- commands --------------------------------------------------------------------
+
+    def c_hello(self, a):
+        fixed = dict(FIXED, paths=self.paths, target_qdelay_us=self.target_us)
+        return ("impl=rdma_metaroce-verbs addr=%s port=%d caps=mem,diag endian=%s tsn_bits=24 "
+                "fixed=%s settable=%s" % (self.addr, self.port, sys.byteorder,
+                                          ",".join("%s:%d" % kv for kv in fixed.items()),
+                                          ",".join(SETTABLE)))
+
+    def c_create_qp(self, a):
+        q = Qp(self, a)
+        self.qps[q.qpn] = q
+        self.newest = q
+        return "qpn=%#x" % q.qpn
+
+    def c_destroy_qp(self, a):
+        q = self.qp(a)
+        del self.qps[q.qpn]
+        if self.newest is q:
+            self.newest = None
+        q.close()
+        for k in q.mrs:
+            m = self.mrs.pop(k, None)
+            if m is not None:
+                m.close()
+        return ""
+
+    def c_reg_mr(self, a):
+        acc = e.IBV_ACCESS_LOCAL_WRITE
+        for ch in a.get("access", "rwa"):
+            acc |= {"r": e.IBV_ACCESS_REMOTE_READ, "w": e.IBV_ACCESS_REMOTE_WRITE,
+                    "a": e.IBV_ACCESS_REMOTE_ATOMIC, "-": 0}.get(ch, -1)
+            if ch not in "rwa-":
+                raise Err("access %r: only r, w, a (the device has no invalidation)" % ch)
+        n = num(a["len"])
+        m = MR(self.pd, n, acc)
+        fill = num(a.get("fill", "0"))
+        m.write(bytes([fill]) * n, n, 0)
+        self.mrs[m.rkey] = m
+        if self.newest is not None:
+            self.newest.mrs.append(m.rkey)
+        return "rkey=%#x va=%#x" % (m.rkey, m.buf)
+
+    def c_dereg_mr(self, a):
+        self.mrs.pop(num(a["rkey"]), self.mr(a)).close()
+        return ""
+
+    def c_mem_write(self, a):
+        m = self.mr(a)
+        data = bytes.fromhex(a.get("data", ""))
+        off = num(a["off"])
+        if off + len(data) > m.length:
+            raise Err("out of bounds")
+        m.write(data, len(data), off)
+        return ""
+
+    def c_mem_read(self, a):
+        m = self.mr(a)
+        off, n = num(a["off"]), num(a["len"])
+        if off + n > m.length:
+            raise Err("out of bounds")
+        return "data=%s" % m.read(n, off).hex()
+
+    def c_post_recv(self, a):
+        q = self.qp(a)
+        wr, n = num(a["wr"]), num(a["len"])
+        m = MR(self.pd, max(n, 8), e.IBV_ACCESS_LOCAL_WRITE)
+        m.write(bytes(max(n, 8)), max(n, 8), 0)
+        try:
+            q.qp.post_recv(RecvWR(wr_id=wr, num_sge=1, sg=[SGE(m.buf, n, m.lkey)]))
+        except PyverbsRDMAError as x:
+            m.close()
+            if x.error_code == errno.ENOMEM:
+                raise Err("receive queue full (ENOMEM)")
+            raise
+        old = q.recv.pop(wr, None)
+        if old is not None:
+            old.close()
+        q.recv[wr] = m
+        return ""
+
+    def c_post_send(self, a):
+        q = self.qp(a)
+        wr = num(a["wr"])
+        op = a.get("op", "send")
+        if op not in WR_OPCODES:
+            raise Err("bad op %s" % op)
+        n = num(a.get("len", "0"))
+        if op in ("cas", "faa"):
+            n = 8
+        ll = num(a.get("local_len", str(max(n, 8))))
+        if ll > 64 << 20:
+            raise Err("local buffer too large")
+        if "data" in a:
+            data = bytes.fromhex(a["data"])
+        else:
+            data = bytes((i * 7 + wr) & 0xFF for i in range(ll))
+        data = (data + bytes(ll))[:ll]
+        m = MR(self.pd, ll, e.IBV_ACCESS_LOCAL_WRITE)
+        m.write(data, ll, 0)
+        flags = e.IBV_SEND_SIGNALED
+        for f in a.get("flags", "signaled").split(","):
+            if f == "unsignaled":
+                flags &= ~e.IBV_SEND_SIGNALED
+            elif f == "fence":
+                flags |= e.IBV_SEND_FENCE
+            elif f == "solicited":
+                flags |= e.IBV_SEND_SOLICITED
+            elif f not in ("signaled", ""):
+                m.close()
+                raise Err("bad flag %s" % f)
+        w = SendWR(wr_id=wr, opcode=WR_OPCODES[op], num_sge=1, sg=[SGE(m.buf, n, m.lkey)],
+                   send_flags=flags)
+        if op in ("send_imm", "write_imm"):
+            w.imm_data = socket.htonl(num(a.get("imm", "0")))     # __be32 in verbs
+        if op == "send_inv":
+            w.rkey = num(a.get("imm", "0"))
+        if op in ("write", "write_imm", "read"):
+            w.set_wr_rdma(num(a.get("rkey", "0")), num(a.get("va", "0")))
+        if op == "cas":
+            w.set_wr_atomic(num(a.get("rkey", "0")), num(a.get("va", "0")),
+                            num(a.get("compare", "0")), num(a.get("swap", "0")))
+        if op == "faa":
+            w.set_wr_atomic(num(a.get("rkey", "0")), num(a.get("va", "0")),
+                            num(a.get("add", "0")), 0)
+        try:
+            q.qp.post_send(w)
+        except PyverbsRDMAError as x:
+            m.close()
+            raise Err("post_send: %s (errno %d)" % (os.strerror(x.error_code), x.error_code))
+        old = q.local.pop(wr, None)
+        if old is not None:
+            old.close()
+        q.local[wr] = m
+        return ""
+
+    def c_local_buf(self, a):
+        m = self.qp(a).local.get(num(a["wr"]))
+        if m is None:
+            raise Err("no such buffer")
+        return "data=%s" % m.read(m.length, 0).hex()
+
+    def c_recv_buf(self, a):
+        m = self.qp(a).recv.get(num(a["wr"]))
+        if m is None:
+            raise Err("no such buffer")
+        return "data=%s" % m.read(m.length, 0).hex()
+
+    def _poll(self, q, maxn):
+        out = []
+        while len(out) < maxn:
+            k, wcs = q.cq.poll(min(16, maxn - len(out)))
+            if k <= 0:
+                break
+            for w in wcs[:k]:
+                # A flushed or failed receive has no defined opcode.
+                op = WC_OPCODES.get(w.opcode, "recv") if w.status == 0 or \
+                    w.opcode in WC_OPCODES else "recv"
+                imm = "%#x" % socket.ntohl(w.imm_data) if w.wc_flags & e.IBV_WC_WITH_IMM else "-"
+                inv = "%#x" % w.invalidated_rkey if w.wc_flags & e.IBV_WC_WITH_INV else "-"
+                # ibv_wc carries no solicited flag: reported as "-" (no "solicited" cap).
+                out.append("%d,%d,%s,%d,%s,%s,-" % (w.wr_id, w.status, op, w.byte_len, imm, inv))
+        return out
+
+    def c_poll_cq(self, a):
+        q = self.qp(a)
+        out = self._poll(q, num(a.get("max", "1024")))
+        return "n=%d cqes=%s" % (len(out), ";".join(out))
+
+    def c_wait_cq(self, a):
+        q = self.qp(a)
+        n = num(a.get("n", "1"))
+        end = time.monotonic() + min(num(a.get("timeout_ms", "1000")), 30000) / 1000.0
+        out = self._poll(q, n)
+        while len(out) < n:
+            q.cq.req_notify()
+            out += self._poll(q, n - len(out))      # completions that raced the arming
+            if len(out) >= n:
+                break
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            r, _, _ = select.select([q.ch.fd], [], [], left)
+            if r:
+                q.ch.get_cq_event(q.cq)
+                q.cq.ack_events(1)
+            out += self._poll(q, n - len(out))
+        return "n=%d cqes=%s" % (len(out), ";".join(out))
+
+    def c_set_error(self, a):
+        q = self.qp(a)
+        q.qp.modify(QPAttr(qp_state=e.IBV_QPS_ERR), e.IBV_QP_STATE)
+        return ""
+
+    def c_diag(self, a):
+        """The device's counters (`rdma statistic`), for failure reports."""
+        r = subprocess.run(["rdma", "statistic", "show", "link", self.dev + "/1"],
+                           capture_output=True, text=True, timeout=10)
+        w = r.stdout.split()[2:]
+        return " ".join("%s=%s" % (k, v) for k, v in zip(w[::2], w[1::2]))
+
+    def c_quit(self, a):
+        raise SystemExit(0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dev", required=True)
+    ap.add_argument("--gid-index", type=int, required=True)
+    ap.add_argument("--addr", required=True, help="the DUT's IPv4 address (its RoCE v2 GID)")
+    # The module's parameters as loaded (it does not show them in sysfs).
+    ap.add_argument("--udp-port", type=int, default=4792)
+    ap.add_argument("--num-paths", type=int, default=4)
+    ap.add_argument("--cc-target-delay-us", type=int, default=1000)
+    h = Helper(ap.parse_args())
+    out = sys.stdout
+    out.write("ready\n")
+    out.flush()
+    for line in sys.stdin:
+        words = line.split()
+        if not words:
+            continue
+        args = dict(w.split("=", 1) for w in words[1:] if "=" in w)
+        fn = getattr(h, "c_" + words[0], None)
+        try:
+            if fn is None:
+                raise Err("unsupported")
+            r = fn(args)
+            out.write(("ok " + r if r else "ok") + "\n")
+        except SystemExit:
+            out.write("ok bye\n")
+            out.flush()
+            return
+        except (Err, KeyError, ValueError, PyverbsError) as x:
+            out.write("err %s: %s\n" % (type(x).__name__, str(x).replace("\n", " ")))
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()
