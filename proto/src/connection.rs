@@ -1294,10 +1294,19 @@ impl Connection {
             s.va = req.remote_va;
             s.solicited = base.flags.has(Flags::SOLICITED);
             if op.consumes_recv() {
-                // Spec: MR-4.2.3 — bind the receive WQE numbered by SSN.
+                // Spec: MR-4.2.3 — bind the receive WQE numbered by SSN; from a
+                // shared receive queue, take WQEs only now, up to this message's
+                // (at most RQ_DEPTH calls).
                 let k = req.ssn.wrapping_sub(self.rq_head);
-                if k >= self.rq_tail.wrapping_sub(self.rq_head) {
-                    return Verdict::Rnr;
+                while k >= self.rq_tail.wrapping_sub(self.rq_head) {
+                    if k >= RQ_DEPTH as u32 || self.cq_room() == 0 {
+                        return Verdict::Rnr;
+                    }
+                    let Some(wr) = mem.take_shared_recv() else {
+                        return Verdict::Rnr;
+                    };
+                    self.rq[(self.rq_tail as usize) % RQ_DEPTH] = wr;
+                    self.rq_tail = self.rq_tail.wrapping_add(1);
                 }
                 let r = self.rq[(req.ssn as usize) % RQ_DEPTH];
                 s.recv_wr = r.wr_id;

@@ -312,6 +312,15 @@ pub trait Responder {
     fn write_recv(&mut self, wr_id: u64, offset: u32, data: &[u8]) -> Result<(), MemError>;
     /// Invalidates `rkey` (SEND_INV).
     fn invalidate(&mut self, rkey: u32) -> Result<(), MemError>;
+    /// A receive WQE from a shared receive queue (verbs SRQ), for a connection
+    /// that has none posted for a message that has just arrived (MR-4.2.3).
+    /// Called only then, once per missing WQE, in SSN order; the WQE is the
+    /// connection's from then on (completed or flushed like a posted one).
+    /// `None` (the default: no shared queue, or it is empty) refuses the
+    /// packet with an RNR NAK (MR-4.2.4).
+    fn take_shared_recv(&mut self) -> Option<RecvWr> {
+        None
+    }
 }
 
 /// Requester-side memory: the local buffers of posted send WRs, by `wr_id`.
