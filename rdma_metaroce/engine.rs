@@ -360,7 +360,9 @@ impl Engine {
         cfg.max_rd_atomic = p.max_rd_atomic.clamp(1, proto::connection::MAX_RD_ATOMIC as u8);
         cfg.retry_cnt = p.retry_cnt;
         cfg.rnr_retry = p.rnr_retry;
-        cfg.min_rnr_timer = p.min_rnr_timer;
+        // Spec: MR-7.1.2 — the verbs code is IBTA's table (0 is 655.36 ms); the
+        // wire's RNR Timer has its own encoding.
+        cfg.min_rnr_timer = proto::rnr_timer_code_for_verbs(p.min_rnr_timer);
         cfg.src_port_base = self.src_port;
         // A software device on a host stack: scheduling, not the wire, dominates the
         // round trip, and timers have jiffy resolution. Acknowledge at the end of

@@ -360,6 +360,24 @@ pub struct Transmit {
     pub ecn: Ecn,
 }
 
+/// The wait a verbs `min_rnr_timer` code asks for, in nanoseconds: the IBTA
+/// table of 5-bit codes, where 0 is 655.36 ms and 1..=31 run from 0.01 ms to
+/// 491.52 ms (each about 1.5 times the one before).
+pub const fn verbs_rnr_timer_ns(code: u8) -> u64 {
+    // Units of 10 µs.
+    const TABLE: [u32; 32] = [
+        65536, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024,
+        1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152,
+    ];
+    TABLE[(code & 31) as usize] as u64 * 10_000
+}
+
+/// Spec: MR-7.1.2 — the RNR Timer code (MR-3.5.6) a responder advertises for
+/// the verbs `min_rnr_timer` code: the shortest delay not below the verbs one.
+pub const fn rnr_timer_code_for_verbs(code: u8) -> u8 {
+    super::wire::rnr_timer_code(verbs_rnr_timer_ns(code))
+}
+
 /// Error returned by `post_send` / `post_recv`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PostError {

@@ -335,14 +335,22 @@ fn rnr_waits_do_not_use_up_transport_retries() {
         // 50 ms: 250 minimum RTOs, many backed-off ones, many RNR cycles.
         run_for(&mut t, 50_000_000, 20_000);
         assert!(t.b.stats().rnr_naks >= 10, "code {code}: {:?}", t.b.stats());
-        assert_eq!(t.comps_a(), vec![], "code {code}: the send must still be waiting");
+        assert_eq!(
+            t.comps_a(),
+            vec![],
+            "code {code}: the send must still be waiting"
+        );
         assert_eq!(t.a.state(), QpState::Rts, "code {code}");
         t.mb.set_recv(9, 16);
         t.b.post_recv(RecvWr { wr_id: 9, len: 16 }).unwrap();
         run_for(&mut t, 10_000_000, 20_000);
         let c = t.comps_a();
         assert_eq!(c.len(), 1, "code {code}");
-        assert_eq!((c[0].wr_id, c[0].status), (1, WcStatus::Success), "code {code}");
+        assert_eq!(
+            (c[0].wr_id, c[0].status),
+            (1, WcStatus::Success),
+            "code {code}"
+        );
         assert_eq!(&t.mb.recv[&9][..7], b"patient");
         assert_eq!(t.comps_b()[0].status, WcStatus::Success);
     }

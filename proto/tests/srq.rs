@@ -68,9 +68,18 @@ impl Link {
         let mut cb = Config::test_pair(qb, qa);
         ca.mtu = 1024;
         cb.mtu = 1024;
-        let mut mb = SrqMemory { m: VecMemory::new(), pool: pool.clone(), taken: vec![] };
+        let mut mb = SrqMemory {
+            m: VecMemory::new(),
+            pool: pool.clone(),
+            taken: vec![],
+        };
         mb.m.add_region(0x77, 0x1000, 4096);
-        Link { a: Connection::new(ca), b: Connection::new(cb), ma: VecMemory::new(), mb }
+        Link {
+            a: Connection::new(ca),
+            b: Connection::new(cb),
+            ma: VecMemory::new(),
+            mb,
+        }
     }
     fn out_a(&mut self, now: u64, buf: &mut [u8]) -> Vec<(u16, Vec<u8>)> {
         let mut v = vec![];
@@ -80,7 +89,8 @@ impl Link {
         v
     }
     fn to_b(&mut self, now: u64, p: &(u16, Vec<u8>)) {
-        self.b.handle_datagram(Instant(now), p.0, false, &p.1, &mut self.mb);
+        self.b
+            .handle_datagram(Instant(now), p.0, false, &p.1, &mut self.mb);
     }
     /// One round: everything each side has to send is delivered, timers fire.
     fn round(&mut self, now: u64, buf: &mut [u8]) {
@@ -88,7 +98,8 @@ impl Link {
             self.to_b(now, &p);
         }
         while let Some(t) = self.b.poll_transmit(Instant(now), buf, &mut self.mb) {
-            self.a.handle_datagram(Instant(now), t.src_port, false, &buf[..t.len], &mut self.ma);
+            self.a
+                .handle_datagram(Instant(now), t.src_port, false, &buf[..t.len], &mut self.ma);
         }
         for c in [&mut self.a, &mut self.b] {
             if c.poll_timeout().is_some_and(|d| d.as_nanos() <= now) {
@@ -113,7 +124,10 @@ fn two_connections_share_two_receive_wqes() {
     let mut next_wqe = 100u64;
     let mut sent = [vec![], vec![]];
     for _ in 0..2 {
-        pool.borrow_mut().push_back(RecvWr { wr_id: next_wqe, len: 64 });
+        pool.borrow_mut().push_back(RecvWr {
+            wr_id: next_wqe,
+            len: 64,
+        });
         next_wqe += 1;
     }
     for iter in 0..100u64 {
@@ -124,7 +138,8 @@ fn two_connections_share_two_receive_wqes() {
             l.a.post_send(SendWr::send(wr, msg.len() as u32)).unwrap();
             // An RDMA WRITE and the ACK traffic need no receive WQE: they take none.
             l.ma.set_local(wr + 5000, vec![iter as u8; 16]);
-            l.a.post_send(SendWr::write(wr + 5000, 16, 0x1000, 0x77)).unwrap();
+            l.a.post_send(SendWr::write(wr + 5000, 16, 0x1000, 0x77))
+                .unwrap();
             let mut got = vec![];
             for _ in 0..50 {
                 l.round(now, &mut buf);
@@ -139,7 +154,10 @@ fn two_connections_share_two_receive_wqes() {
             assert_eq!(got[0].status, WcStatus::Success);
             assert_eq!(&l.mb.m.recv[&got[0].wr_id][..msg.len()], &msg[..]);
             // The consumer reposts one WQE per message, as the test does.
-            pool.borrow_mut().push_back(RecvWr { wr_id: next_wqe, len: 64 });
+            pool.borrow_mut().push_back(RecvWr {
+                wr_id: next_wqe,
+                len: 64,
+            });
             next_wqe += 1;
         }
     }
@@ -151,11 +169,22 @@ fn two_connections_share_two_receive_wqes() {
         let mut c = std::mem::take(&mut sent[i]);
         c.extend(comps(&mut l.a));
         assert_eq!(c.len(), 200, "connection {i}");
-        assert!(c.iter().all(|c| c.status == WcStatus::Success), "connection {i}");
-        assert_eq!(l.mb.taken.len(), 100, "connection {i}: one WQE per message, none held");
+        assert!(
+            c.iter().all(|c| c.status == WcStatus::Success),
+            "connection {i}"
+        );
+        assert_eq!(
+            l.mb.taken.len(),
+            100,
+            "connection {i}: one WQE per message, none held"
+        );
         assert_eq!(l.b.stats().rnr_naks, 0, "connection {i}");
     }
-    assert_eq!(pool.borrow().len(), 2, "both WQEs stay in the pool between messages");
+    assert_eq!(
+        pool.borrow().len(),
+        2,
+        "both WQEs stay in the pool between messages"
+    );
 }
 
 #[test]
@@ -179,7 +208,10 @@ fn empty_pool_refuses_with_rnr_until_a_wqe_is_posted() {
         now += 50_000;
     }
     let c = comps(&mut l.b);
-    assert_eq!((c.len(), c[0].wr_id, c[0].status), (1, 7, WcStatus::Success));
+    assert_eq!(
+        (c.len(), c[0].wr_id, c[0].status),
+        (1, 7, WcStatus::Success)
+    );
     assert_eq!(&l.mb.m.recv[&7][..11], b"wait for it");
     assert_eq!(comps(&mut l.a)[0].status, WcStatus::Success);
 }
@@ -197,10 +229,18 @@ fn a_later_message_arriving_first_binds_wqes_in_ssn_order() {
         l.a.post_send(SendWr::send(wr, 4)).unwrap();
     }
     let pkts = l.out_a(1_000, &mut buf);
-    let data: Vec<_> = pkts.iter().filter(|p| p.1[1] != 0x20 && p.1[1] != 0x21).cloned().collect();
+    let data: Vec<_> = pkts
+        .iter()
+        .filter(|p| p.1[1] != 0x20 && p.1[1] != 0x21)
+        .cloned()
+        .collect();
     assert_eq!(data.len(), 3);
     l.to_b(1_000, &data[1]);
-    assert_eq!(l.mb.taken, vec![50, 51], "the first message's WQE is taken with the second's");
+    assert_eq!(
+        l.mb.taken,
+        vec![50, 51],
+        "the first message's WQE is taken with the second's"
+    );
     l.to_b(1_000, &data[0]);
     l.to_b(1_000, &data[2]);
     assert_eq!(l.mb.taken, vec![50, 51, 52]);
@@ -210,9 +250,14 @@ fn a_later_message_arriving_first_binds_wqes_in_ssn_order() {
         l.round(now, &mut buf);
     }
     let c = comps(&mut l.b);
-    assert_eq!(c.iter().map(|c| c.wr_id).collect::<Vec<_>>(), vec![50, 51, 52]);
+    assert_eq!(
+        c.iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+        vec![50, 51, 52]
+    );
     for (id, text) in [(50u64, b"msg1"), (51, b"msg2"), (52, b"msg3")] {
         assert_eq!(&l.mb.m.recv[&id][..4], text);
     }
-    assert!(comps(&mut l.a).iter().all(|c| c.status == WcStatus::Success));
+    assert!(comps(&mut l.a)
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
 }
