@@ -88,14 +88,14 @@ impl Link {
         }
         v
     }
-    fn to_b(&mut self, now: u64, p: &(u16, Vec<u8>)) {
+    fn deliver_b(&mut self, now: u64, p: &(u16, Vec<u8>)) {
         self.b
             .handle_datagram(Instant(now), p.0, false, &p.1, &mut self.mb);
     }
     /// One round: everything each side has to send is delivered, timers fire.
     fn round(&mut self, now: u64, buf: &mut [u8]) {
         for p in self.out_a(now, buf) {
-            self.to_b(now, &p);
+            self.deliver_b(now, &p);
         }
         while let Some(t) = self.b.poll_transmit(Instant(now), buf, &mut self.mb) {
             self.a
@@ -235,14 +235,14 @@ fn a_later_message_arriving_first_binds_wqes_in_ssn_order() {
         .cloned()
         .collect();
     assert_eq!(data.len(), 3);
-    l.to_b(1_000, &data[1]);
+    l.deliver_b(1_000, &data[1]);
     assert_eq!(
         l.mb.taken,
         vec![50, 51],
         "the first message's WQE is taken with the second's"
     );
-    l.to_b(1_000, &data[0]);
-    l.to_b(1_000, &data[2]);
+    l.deliver_b(1_000, &data[0]);
+    l.deliver_b(1_000, &data[2]);
     assert_eq!(l.mb.taken, vec![50, 51, 52]);
     let mut now = 1_000;
     for _ in 0..10 {
