@@ -560,6 +560,12 @@ impl Engine {
         self.q.rq_sge[base..base + sges.len()].copy_from_slice(sges);
         self.q.rq[slot] = Some(RqSlot { wr_id, len, nsge: sges.len() as u16, done: None });
         self.q.rqr.tail = i.wrapping_add(1);
+        // Straight to the connection: a message already waiting in the QP's receive
+        // queue is handled before the work's next run feeds it, and would meet an
+        // RNR NAK (a min_rnr_timer wait, 655 ms under rdma_cm) for nothing.
+        if let Some(conn) = self.conn.as_mut().filter(|_| self.connected && !self.errored) {
+            feed_receives(&mut self.q, conn);
+        }
         Ok(())
     }
 
@@ -574,8 +580,12 @@ impl Engine {
                 if !self.connected {
                     return;
                 }
-                let Engine { conn, q, pd, access, counters, .. } = self;
+                let Engine { conn, q, pd, access, counters, errored, .. } = self;
                 let Some(conn) = conn.as_mut() else { return };
+                // Every posted receive is the connection's before a message needs it.
+                if !*errored {
+                    feed_receives(q, conn);
+                }
                 let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters };
                 conn.handle_datagram(now, src_port, ce, bytes, &mut mem);
             }
