@@ -20,6 +20,7 @@ use crate::proto::{
     MemError, PostError, RecvWr, Responder, SendWr, WcOpcode, WcStatus, WrOpcode,
 };
 use crate::qp::{QpCaps, QpType};
+use crate::srq::Srq;
 use kernel::prelude::*;
 
 /// Bytes in front of every UD receive buffer's payload that hold the GRH (IBTA).
@@ -28,11 +29,12 @@ pub(crate) const GRH_LEN: usize = 40;
 /// Largest payload of one datagram the engine builds (an MTU plus headers fits).
 const TX_BUF: usize = proto::connection::MAX_HEADER + 4096;
 
-/// Receive WQEs a QP on an SRQ holds at a time. WQEs it takes are committed to it, so
-/// a QP that holds many while idle starves the others on the SRQ into RNR NAKs
-/// (rdma-core's test_rc_srq_traffic: two QPs, one SRQ). The QP's work tops up before
-/// every received datagram, so a small batch does not limit a busy connection.
-const SRQ_BATCH: usize = 2;
+/// Receive WQEs a QP on an SRQ can hold: those of the messages that have arrived and
+/// not yet completed. A QP takes a WQE from the SRQ only when a message needs one
+/// (spec MR-4.2.3, [`QpMemory::take_shared_recv`]), never ahead: a WQE taken ahead
+/// is committed to that QP and starves the others on the SRQ into RNR NAKs
+/// (rdma-core's test_rc_srq_traffic: two QPs, one SRQ, one WQE per QP).
+const SRQ_HELD: usize = proto::connection::RQ_DEPTH;
 
 /// Largest UD payload (the largest IB MTU).
 const UD_MAX_PAYLOAD: u32 = 4096;
@@ -120,6 +122,8 @@ pub(crate) enum IpPair {
 pub(crate) struct Shared<'a> {
     pub(crate) mrs: &'a MrTable,
     pub(crate) keys: &'a IdTable,
+    /// The SRQ the QP receives from, if any.
+    pub(crate) srq: Option<&'a Srq>,
 }
 
 /// Connection parameters from `modify_qp` (RTR/RTS).
@@ -248,7 +252,7 @@ pub(crate) struct Engine {
     tx: KVec<u8>,
     /// Every send completes visibly (`IB_SIGNAL_ALL_WR`).
     sig_all: bool,
-    /// Receives come from an SRQ ([`Engine::refill`]).
+    /// Receives come from an SRQ, one WQE per arriving message ([`take_from_srq`]).
     on_srq: bool,
     counters: EngineCounters,
     /// The connection's statistics at the last `take_counters` (reset on connect).
@@ -284,7 +288,7 @@ impl Engine {
     ) -> Result<Self> {
         let sd = caps.max_send_wr.max(1) as usize;
         let (rd, rse) = match srq_max_sge {
-            Some(n) => (SRQ_BATCH, n.max(1) as usize),
+            Some(n) => (SRQ_HELD, n.max(1) as usize),
             None => (caps.max_recv_wr.max(1) as usize, caps.max_recv_sge.max(1) as usize),
         };
         let sse = caps.max_send_sge.max(1) as usize;
@@ -445,7 +449,9 @@ impl Engine {
         cfg.max_rd_atomic = p.max_rd_atomic.clamp(1, proto::connection::MAX_RD_ATOMIC as u8);
         cfg.retry_cnt = p.retry_cnt;
         cfg.rnr_retry = p.rnr_retry;
-        cfg.min_rnr_timer = p.min_rnr_timer;
+        // Spec: MR-7.1.2 — the verbs code is IBTA's table (0 is 655.36 ms); the
+        // wire's RNR Timer has its own encoding.
+        cfg.min_rnr_timer = proto::rnr_timer_code_for_verbs(p.min_rnr_timer);
         cfg.src_port_base = self.src_port;
         // A software device on a host stack: scheduling, not the wire, dominates the
         // round trip, and timers have jiffy resolution. Acknowledge at the end of
@@ -650,32 +656,13 @@ impl Engine {
         self.q.rq_sge[base..base + sges.len()].copy_from_slice(sges);
         self.q.rq[slot] = Some(RqSlot { wr_id, len, nsge: sges.len() as u16, done: None });
         self.q.rqr.tail = i.wrapping_add(1);
-        Ok(())
-    }
-
-    /// Tops up the receive ring of a QP on an SRQ. Returns whether the SRQ fell below
-    /// its limit (the caller reports the event).
-    pub(crate) fn refill(&mut self, srq: &crate::srq::Srq) -> bool {
-        let mut limit = false;
-        if !self.on_srq || !self.can_recv || self.errored {
-            return false;
-        }
-        let q = &mut self.q;
-        while q.rqr.len() < q.rqr.depth {
-            let slot = q.rqr.idx(q.rqr.tail);
-            let base = slot * q.max_recv_sge;
-            let Some(t) = srq.take(&mut q.rq_sge[base..base + q.max_recv_sge]) else { break };
-            let len = sge_len(&q.rq_sge[base..base + t.nsge]).unwrap_or(0);
-            q.rq[slot] = Some(RqSlot { wr_id: t.wr_id, len, nsge: t.nsge as u16, done: None });
-            q.rqr.tail = q.rqr.tail.wrapping_add(1);
-            limit |= t.limit_reached;
-        }
-        // Straight into the connection: the datagram about to be handled may need it
-        // (otherwise the first message after an idle spell always meets an RNR NAK).
-        if let Some(conn) = self.conn.as_mut().filter(|_| self.connected) {
+        // Straight to the connection: a message already waiting in the QP's receive
+        // queue is handled before the work's next run feeds it, and would meet an
+        // RNR NAK (a min_rnr_timer wait, 655 ms under rdma_cm) for nothing.
+        if let Some(conn) = self.conn.as_mut().filter(|_| self.connected && !self.errored) {
             feed_receives(&mut self.q, conn);
         }
-        limit
+        Ok(())
     }
 
     // -----------------------------------------------------------------------------
@@ -689,11 +676,12 @@ impl Engine {
                 if !self.connected {
                     return;
                 }
-                let Engine { conn, q, pd, access, counters, .. } = self;
+                let Engine { conn, q, pd, access, counters, errored, .. } = self;
                 let Some(conn) = conn.as_mut() else { return };
-                // A receive posted before this datagram arrived must be usable by it,
-                // even if the work has not run since (else a needless RNR NAK).
-                feed_receives(q, conn);
+                // Every posted receive is the connection's before a message needs it.
+                if !*errored {
+                    feed_receives(q, conn);
+                }
                 let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters };
                 conn.handle_datagram(now, src_port, ce, bytes, &mut mem);
             }
@@ -702,6 +690,13 @@ impl Engine {
     }
 
     fn on_ud(&mut self, sh: &Shared<'_>, io: &mut impl Io, addrs: IpPair, bytes: &[u8]) {
+        // On an SRQ: a WQE for a valid datagram, taken only now (as for RC).
+        if let Some(srq) = sh.srq.filter(|_| self.on_srq && self.can_recv && !self.errored) {
+            if self.q.rqr.len() == 0 && ud::accept_datagram(bytes, self.qpn, self.qkey, Some(u32::MAX)).is_ok() {
+                take_from_srq(&mut self.q, srq);
+                self.q.rqr.fed = self.q.rqr.tail;
+            }
+        }
         let r = &self.q.rqr;
         let next = (r.len() > 0 && self.can_recv && !self.errored).then(|| self.q.rq[r.idx(r.head)]).flatten();
         // The receive buffer holds the GRH first; the payload must fit after it.
@@ -922,6 +917,21 @@ impl Engine {
     fn wc(&self, wr_id: u64, c: &Completion) -> Wc {
         wc_of(self.qpn, wr_id, c)
     }
+}
+
+/// Takes the oldest WQE of `srq` into the receive ring's next slot (none if the ring
+/// is full or the SRQ empty). Returns the slot and the WQE's byte length.
+fn take_from_srq(q: &mut Queues, srq: &Srq) -> Option<(usize, u32)> {
+    if q.rqr.len() >= q.rqr.depth {
+        return None;
+    }
+    let slot = q.rqr.idx(q.rqr.tail);
+    let base = slot * q.max_recv_sge;
+    let t = srq.take(&mut q.rq_sge[base..base + q.max_recv_sge])?;
+    let len = sge_len(&q.rq_sge[base..base + t.nsge]).unwrap_or(0);
+    q.rq[slot] = Some(RqSlot { wr_id: t.wr_id, len, nsge: t.nsge as u16, done: None });
+    q.rqr.tail = q.rqr.tail.wrapping_add(1);
+    Some((slot, len))
 }
 
 /// Hands posted receives to the connection while it has room.
@@ -1274,6 +1284,19 @@ impl Responder for QpMemory<'_, '_> {
         // windows are not offered); anything else is an access error.
         let r = self.sh.mrs.invalidate(self.sh.keys, rkey, self.pd);
         self.count(r)
+    }
+
+    /// The connection met a message without a receive WQE: on an SRQ, take one now
+    /// and hand it over at once (it is then the connection's, as if posted).
+    fn take_shared_recv(&mut self) -> Option<RecvWr> {
+        let srq = self.sh.srq?;
+        // Every WQE in the ring is the connection's already (nothing else feeds it).
+        if self.q.rqr.fed != self.q.rqr.tail {
+            return None;
+        }
+        let (slot, len) = take_from_srq(self.q, srq)?;
+        self.q.rqr.fed = self.q.rqr.tail;
+        Some(RecvWr { wr_id: slot as u64, len })
     }
 }
 

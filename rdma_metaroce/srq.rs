@@ -33,6 +33,8 @@ struct Queue {
     sges: KVec<Sge>,
     head: u32,
     tail: u32,
+    /// The queue fell below its armed limit and the event is not yet reported.
+    limit_event: bool,
 }
 
 impl Queue {
@@ -48,9 +50,6 @@ impl Queue {
 pub(crate) struct Taken {
     pub(crate) wr_id: u64,
     pub(crate) nsge: usize,
-    /// The queue fell below its armed limit: report `IB_EVENT_SRQ_LIMIT_REACHED`
-    /// (the limit is disarmed, as verbs require).
-    pub(crate) limit_reached: bool,
 }
 
 /// A shared receive queue.
@@ -78,6 +77,7 @@ impl Srq {
             sges: KVec::from_elem(Sge::default(), (a.max_wr * a.max_sge) as usize, GFP_KERNEL)?,
             head: 0,
             tail: 0,
+            limit_event: false,
         };
         Ok(pin_init!(Self { q <- crate::ffi::new_spinlock_bh!(q, "metaroce_srq") }))
     }
@@ -104,7 +104,9 @@ impl Srq {
     }
 
     /// Takes the oldest WQE, copying its SGEs into `out` (which must hold
-    /// `max_sge` entries; fewer are refused by returning `None`).
+    /// `max_sge` entries; fewer are refused by returning `None`). When the queue
+    /// falls below its armed limit, the limit is disarmed (as verbs require) and the
+    /// event left for [`Srq::take_limit_event`].
     pub(crate) fn take(&self, out: &mut [Sge]) -> Option<Taken> {
         let mut q = self.q.lock();
         if q.len() == 0 {
@@ -117,11 +119,16 @@ impl Srq {
         out.get_mut(..n)?.copy_from_slice(&q.sges[base..base + n]);
         q.wqes[i] = None;
         q.head = q.head.wrapping_add(1);
-        let limit_reached = q.attrs.limit != 0 && q.len() < q.attrs.limit;
-        if limit_reached {
+        if q.attrs.limit != 0 && q.len() < q.attrs.limit {
             q.attrs.limit = 0;
+            q.limit_event = true;
         }
-        Some(Taken { wr_id: w.wr_id, nsge: n, limit_reached })
+        Some(Taken { wr_id: w.wr_id, nsge: n })
+    }
+
+    /// Whether `IB_EVENT_SRQ_LIMIT_REACHED` is due (once per arming).
+    pub(crate) fn take_limit_event(&self) -> bool {
+        core::mem::take(&mut self.q.lock().limit_event)
     }
 
     /// The largest number of SGEs a WQE of this SRQ may have.
@@ -176,11 +183,13 @@ mod tests {
         srq.modify(None, Some(3))?;
         let mut out = [Sge::default(); 2];
         let t = srq.take(&mut out).ok_or(EINVAL)?;
-        assert_eq!((t.wr_id, t.nsge, t.limit_reached), (1, 1, false));
+        assert_eq!((t.wr_id, t.nsge, srq.take_limit_event()), (1, 1, false));
         let t = srq.take(&mut out).ok_or(EINVAL)?;
-        assert_eq!((t.wr_id, t.nsge, t.limit_reached, out[1].addr), (2, 2, true, 0x30));
+        assert_eq!((t.wr_id, t.nsge, out[1].addr), (2, 2, 0x30));
+        assert!(srq.take_limit_event());
+        assert!(!srq.take_limit_event());
         let t = srq.take(&mut out).ok_or(EINVAL)?;
-        assert_eq!((t.wr_id, t.limit_reached), (3, false));
+        assert_eq!((t.wr_id, srq.take_limit_event()), (3, false));
         assert!(srq.take(&mut out).is_some());
         assert!(srq.take(&mut out).is_none());
         Ok(())

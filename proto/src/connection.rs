@@ -1294,10 +1294,19 @@ impl Connection {
             s.va = req.remote_va;
             s.solicited = base.flags.has(Flags::SOLICITED);
             if op.consumes_recv() {
-                // Spec: MR-4.2.3 — bind the receive WQE numbered by SSN.
+                // Spec: MR-4.2.3 — bind the receive WQE numbered by SSN; from a
+                // shared receive queue, take WQEs only now, up to this message's
+                // (at most RQ_DEPTH calls).
                 let k = req.ssn.wrapping_sub(self.rq_head);
-                if k >= self.rq_tail.wrapping_sub(self.rq_head) {
-                    return Verdict::Rnr;
+                while k >= self.rq_tail.wrapping_sub(self.rq_head) {
+                    if k >= RQ_DEPTH as u32 || self.cq_room() == 0 {
+                        return Verdict::Rnr;
+                    }
+                    let Some(wr) = mem.take_shared_recv() else {
+                        return Verdict::Rnr;
+                    };
+                    self.rq[(self.rq_tail as usize) % RQ_DEPTH] = wr;
+                    self.rq_tail = self.rq_tail.wrapping_add(1);
                 }
                 let r = self.rq[(req.ssn as usize) % RQ_DEPTH];
                 s.recv_wr = r.wr_id;
@@ -1709,6 +1718,13 @@ impl Connection {
             }
             Syndrome::NakSequence => {}
             Syndrome::NakRnr => {
+                // Spec: MR-4.2.5 — the responder answered: an RNR NAK is no
+                // transport timeout. It restarts the connection RTO and clears
+                // the transport retries (`retry_cnt` counts unanswered
+                // requests; RNR refusals count against `rnr_retry` only).
+                self.last_progress = now;
+                self.retries = 0;
+                self.rto_backoff = 0;
                 // Spec: MR-4.2.5 — wait the RNR timer, then resend the message.
                 if now >= self.rnr_until {
                     if self.cfg.rnr_retry != 7 && self.rnr_retries >= self.cfg.rnr_retry {
@@ -2095,7 +2111,9 @@ impl Connection {
                 }
             }
         }
-        if self.in_flight() {
+        // Spec: MR-4.2.5 — no connection RTO or tail probe while waiting out an
+        // RNR timer (the RTO restarts when the wait ends).
+        if self.in_flight() && self.rnr_until == 0 {
             t = t.min(self.last_progress.saturating_add(self.conn_rto()));
             if sel && !self.tlp_done {
                 t = t.min(
@@ -2122,7 +2140,9 @@ impl Connection {
         }
         let now = now.as_nanos();
         if self.rnr_until != 0 && now >= self.rnr_until {
+            // Spec: MR-4.2.5 — the wait is over: the resend starts a fresh RTO.
             self.rnr_until = 0;
+            self.last_progress = now;
         }
         let sel = self.cfg.recovery == Recovery::Selective;
         for p in self.paths.iter_mut() {
@@ -2171,7 +2191,7 @@ impl Connection {
                 p.probe_pending = true;
             }
         }
-        if self.in_flight() {
+        if self.in_flight() && self.rnr_until == 0 {
             if now >= self.last_progress.saturating_add(self.conn_rto()) {
                 self.conn_timeout(now);
             } else if sel

@@ -107,12 +107,14 @@ pub mod wire;
 
 pub use self::cc::CcConfig;
 pub use self::connection::{
-    qpn_derived_tsn, Config, Connection, PathInfo, PathStatus, QpState, Recovery, Stats, MAX_PATHS, WINDOW,
+    qpn_derived_tsn, Config, Connection, PathInfo, PathStatus, QpState, Recovery, Stats, MAX_PATHS,
+    WINDOW,
 };
 pub use self::time::{Duration, Instant};
 pub use self::verbs::{
-    AtomicOp, Completion, Ecn, LocalMemory, MemError, Memory, PostError, RecvWr, Responder, SendWr,
-    Transmit, WcOpcode, WcStatus, WrOpcode, WR_FENCE, WR_SIGNALED, WR_SOLICITED,
+    rnr_timer_code_for_verbs, verbs_rnr_timer_ns, AtomicOp, Completion, Ecn, LocalMemory, MemError,
+    Memory, PostError, RecvWr, Responder, SendWr, Transmit, WcOpcode, WcStatus, WrOpcode, WR_FENCE,
+    WR_SIGNALED, WR_SOLICITED,
 };
 
 /// The default MetaRoCE UDP destination port (MR-2.3.1). Deliberately not

@@ -316,6 +316,15 @@ pub trait Responder {
     fn write_recv(&mut self, wr_id: u64, offset: u32, data: &[u8]) -> Result<(), MemError>;
     /// Invalidates `rkey` (SEND_INV).
     fn invalidate(&mut self, rkey: u32) -> Result<(), MemError>;
+    /// A receive WQE from a shared receive queue (verbs SRQ), for a connection
+    /// that has none posted for a message that has just arrived (MR-4.2.3).
+    /// Called only then, once per missing WQE, in SSN order; the WQE is the
+    /// connection's from then on (completed or flushed like a posted one).
+    /// `None` (the default: no shared queue, or it is empty) refuses the
+    /// packet with an RNR NAK (MR-4.2.4).
+    fn take_shared_recv(&mut self) -> Option<RecvWr> {
+        None
+    }
 }
 
 /// Requester-side memory: the local buffers of posted send WRs, by `wr_id`.
@@ -353,6 +362,24 @@ pub struct Transmit {
     pub src_port: u16,
     /// ECN codepoint for the IP header.
     pub ecn: Ecn,
+}
+
+/// The wait a verbs `min_rnr_timer` code asks for, in nanoseconds: the IBTA
+/// table of 5-bit codes, where 0 is 655.36 ms and 1..=31 run from 0.01 ms to
+/// 491.52 ms (each about 1.5 times the one before).
+pub const fn verbs_rnr_timer_ns(code: u8) -> u64 {
+    // Units of 10 µs.
+    const TABLE: [u32; 32] = [
+        65536, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024,
+        1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 49152,
+    ];
+    TABLE[(code & 31) as usize] as u64 * 10_000
+}
+
+/// Spec: MR-7.1.2 — the RNR Timer code (MR-3.5.6) a responder advertises for
+/// the verbs `min_rnr_timer` code: the shortest delay not below the verbs one.
+pub const fn rnr_timer_code_for_verbs(code: u8) -> u8 {
+    super::wire::rnr_timer_code(verbs_rnr_timer_ns(code))
 }
 
 /// Error returned by `post_send` / `post_recv`.

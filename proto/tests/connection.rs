@@ -301,6 +301,61 @@ fn rnr_retry_exceeded() {
     assert_eq!(c[0].status, WcStatus::RnrRetryExcErr);
 }
 
+/// Runs the pair's network and timers for `ns` of simulated time in `step` increments.
+fn run_for(t: &mut Pair, ns: u64, step: u64) {
+    let end = t.now + ns;
+    while t.now < end {
+        let pa = t.out_a();
+        for p in &pa {
+            t.deliver_b(p);
+        }
+        let pb = t.out_b();
+        for p in &pb {
+            t.deliver_a(p);
+        }
+        t.tick(step);
+    }
+}
+
+#[test]
+fn rnr_waits_do_not_use_up_transport_retries() {
+    // Spec: MR-4.2.5, MR-5.5.3 — a receiver without a receive WQE answers with
+    // RNR NAKs for far longer than the connection RTO times `retry_cnt`: with
+    // infinite RNR retries the requester waits, resends, and never reports
+    // RETRY_EXC_ERR, whether the RNR timer is shorter or longer than the RTO.
+    // (rdma-core's test_rc_srq_traffic met "Retry exceeded" this way.)
+    for code in [40u8, metaroce_proto::wire::rnr_timer_code(2_000_000)] {
+        let mut t = Pair::new(|c| {
+            c.retry_cnt = 1;
+            c.rnr_retry = 7;
+            c.min_rnr_timer = code;
+        });
+        t.ma.set_local(1, b"patient".to_vec());
+        t.a.post_send(SendWr::send(1, 7)).unwrap();
+        // 50 ms: 250 minimum RTOs, many backed-off ones, many RNR cycles.
+        run_for(&mut t, 50_000_000, 20_000);
+        assert!(t.b.stats().rnr_naks >= 10, "code {code}: {:?}", t.b.stats());
+        assert_eq!(
+            t.comps_a(),
+            vec![],
+            "code {code}: the send must still be waiting"
+        );
+        assert_eq!(t.a.state(), QpState::Rts, "code {code}");
+        t.mb.set_recv(9, 16);
+        t.b.post_recv(RecvWr { wr_id: 9, len: 16 }).unwrap();
+        run_for(&mut t, 10_000_000, 20_000);
+        let c = t.comps_a();
+        assert_eq!(c.len(), 1, "code {code}");
+        assert_eq!(
+            (c[0].wr_id, c[0].status),
+            (1, WcStatus::Success),
+            "code {code}"
+        );
+        assert_eq!(&t.mb.recv[&9][..7], b"patient");
+        assert_eq!(t.comps_b()[0].status, WcStatus::Success);
+    }
+}
+
 #[test]
 fn retry_exceeded_when_peer_is_gone() {
     // Spec: MR-5.5.3.

@@ -390,4 +390,31 @@ fn a_path_timeout_collapses_that_path_window_to_one_mtu() {
         "path 0's window {}",
         a.path_info(0).unwrap().cwnd
     );
+
+fn verbs_min_rnr_timer_maps_to_a_wait_at_least_as_long() {
+    // Spec: MR-7.1.2 — the verbs code is IBTA's table, not MR-3.5.6's encoding:
+    // rdma_cm leaves 0 (655.36 ms), rdma-core's tests use 12 (0.64 ms).
+    assert_eq!(verbs_rnr_timer_ns(0), 655_360_000);
+    assert_eq!(verbs_rnr_timer_ns(1), 10_000);
+    assert_eq!(verbs_rnr_timer_ns(12), 640_000);
+    assert_eq!(verbs_rnr_timer_ns(31), 491_520_000);
+    for code in 0..32u8 {
+        let want = verbs_rnr_timer_ns(code);
+        let c = rnr_timer_code_for_verbs(code);
+        assert!(rnr_timer_ns(c) >= want, "verbs code {code}");
+        assert!(
+            c == 0 || rnr_timer_ns(c - 1) < want,
+            "verbs code {code}: not the smallest"
+        );
+        assert!(
+            rnr_timer_ns(c) <= want + want / 8,
+            "verbs code {code}: within 12.5 %"
+        );
+        if code > 1 {
+            assert!(
+                want > verbs_rnr_timer_ns(code - 1),
+                "the table increases from 1 to 31"
+            );
+        }
+    }
 }

@@ -309,21 +309,18 @@ unsafe extern "C" fn qp_run_cb(owner: *mut c_void) {
     // so the QP, its device and its io context are alive.
     let (dev, qp, io_ctx) = unsafe { (IbDev::from_raw((*ib).device), qp_of(ib), qp_alloc_io(ib)) };
     let data = dev.data();
-    let sh = Shared { mrs: &data.mrs, keys: &data.mr_keys };
-    let mut io = WorkIo { dev, qp: ib, notify: [false; 2], overflow: [false; 2] };
-    let t = now();
-    let mut again = false;
     // SAFETY: NULL or a live SRQ of this driver, held by ib_core while the QP exists.
     let srq_ptr = unsafe { (*ib).srq };
     // SAFETY: As above.
     let srq = (!srq_ptr.is_null()).then(|| unsafe { srq_of(srq_ptr) });
-    let mut srq_limit = false;
+    // The engine takes SRQ WQEs as messages arrive (through `sh.srq`).
+    let sh = Shared { mrs: &data.mrs, keys: &data.mr_keys, srq };
+    let mut io = WorkIo { dev, qp: ib, notify: [false; 2], overflow: [false; 2] };
+    let t = now();
+    let mut again = false;
     let next = {
         let mut eng = qp.engine.lock();
         eng.pull_posted(&mut io);
-        if let Some(s) = srq {
-            srq_limit |= eng.refill(s);
-        }
         let mut n = 0;
         loop {
             if n == RX_BUDGET {
@@ -345,9 +342,6 @@ unsafe extern "C" fn qp_run_cb(owner: *mut c_void) {
                 raw::mrc_skb_addrs6(skb, sa6.as_mut_ptr(), da6.as_mut_ptr());
                 raw::mrc_skb_udp_payload(skb, &mut len, &mut sport, &mut ce)
             };
-            if let Some(s) = srq {
-                srq_limit |= eng.refill(s);
-            }
             // Receives the process posted since (a message must not meet an RNR NAK
             // for want of a WQE that is already in the ring).
             eng.pull_posted(&mut io);
@@ -365,16 +359,13 @@ unsafe extern "C" fn qp_run_cb(owner: *mut c_void) {
             // SAFETY: Ours to free.
             unsafe { raw::mrc_kfree_skb(skb) };
         }
-        if let Some(s) = srq {
-            srq_limit |= eng.refill(s);
-        }
         let next = eng.run(&sh, &mut io, t, !again);
         eng.publish_consumed();
         crate::net::account(&data.counters, eng.take_counters());
         next
     };
     io.fire();
-    if srq_limit {
+    if srq.is_some_and(|s| s.take_limit_event()) {
         // SAFETY: A live SRQ (see above).
         unsafe { raw::mrc_srq_event(srq_ptr, raw::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED as c_int) };
     }
@@ -720,8 +711,8 @@ pub(super) unsafe extern "C" fn post_srq_recv_cb(
 ) -> c_int {
     // SAFETY: ib_core calls post ops on live SRQs of this driver.
     let srq = unsafe { srq_of(ib) };
-    // Attached QPs take WQEs when their work next runs (a sender that met an empty
-    // queue retries after its RNR timer, which runs the receiver's work).
+    // Attached QPs take WQEs when a message arrives that needs one (a sender that met
+    // an empty queue retries after its RNR timer).
     // SAFETY: A live SRQ: its device is alive; `uobject` tells a process's SRQ.
     let (dev, user) = unsafe { (IbDev::from_raw((*ib).device), !(*ib).uobject.is_null()) };
     // SAFETY: ib_core passes a valid WR list and out pointer.
