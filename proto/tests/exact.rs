@@ -390,7 +390,9 @@ fn a_path_timeout_collapses_that_path_window_to_one_mtu() {
         "path 0's window {}",
         a.path_info(0).unwrap().cwnd
     );
+}
 
+#[test]
 fn verbs_min_rnr_timer_maps_to_a_wait_at_least_as_long() {
     // Spec: MR-7.1.2 — the verbs code is IBTA's table, not MR-3.5.6's encoding:
     // rdma_cm leaves 0 (655.36 ms), rdma-core's tests use 12 (0.64 ms).
