@@ -81,6 +81,13 @@ pub(crate) struct SendRequest<'a> {
     pub(crate) local: Option<LocalOp>,
 }
 
+/// The wire's Compare and Swap/Add operands of an atomic from verbs' fields: CAS
+/// compares with `compare_add` and swaps in `swap`; FAA adds `compare_add`, and its
+/// Compare field is zero (spec MR-3.3.4).
+pub(crate) fn atomic_operands(op: WrOpcode, compare_add: u64, swap: u64) -> (u64, u64) {
+    if op == WrOpcode::AtomicCas { (compare_add, swap) } else { (0, compare_add) }
+}
+
 /// Work requests that never reach the wire (fast-registration MRs).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum LocalOp {

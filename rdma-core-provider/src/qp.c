@@ -47,7 +47,7 @@ static int srq_cmd_post_recv(struct metaroce_srq *srq, struct ibv_recv_wr *wr,
 static int ring_check_send(struct metaroce_qp *qp, const struct ibv_send_wr *wr,
 			   uint32_t *inline_len)
 {
-	uint32_t len = 0;
+	uint64_t len = 0;
 	int i;
 
 	if (qp->vqp.qp.qp_type == IBV_QPT_UD &&
@@ -69,10 +69,13 @@ static int ring_check_send(struct metaroce_qp *qp, const struct ibv_send_wr *wr,
 	}
 	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->max_send_sge)
 		return EINVAL;
+	/* A message is at most 2^31 bytes (MetaRoCE MR-2.2.3). */
+	for (i = 0; i < wr->num_sge; i++)
+		len += wr->sg_list[i].length;
+	if (len > (1ull << 31))
+		return EINVAL;
 	*inline_len = 0;
 	if (wr->send_flags & IBV_SEND_INLINE) {
-		for (i = 0; i < wr->num_sge; i++)
-			len += wr->sg_list[i].length;
 		if (len > qp->max_inline)
 			return EINVAL;
 		*inline_len = len;

@@ -526,6 +526,16 @@ static void test_rings(void)
 	/* The kernel completes one: its slot is free again. */
 	__atomic_store_n(&sq->consumer, 1, __ATOMIC_RELEASE);
 	CHECK(metaroce_post_send(qp, &w[2], &bad) == 0 && sq->producer == 3);
+	/* A message longer than 2^31 bytes: EINVAL at posting. */
+	{
+		struct ibv_sge big[2] = { { 0x1000, 1u << 31, 7 }, { 0x2000, 1, 7 } };
+		struct ibv_send_wr bw = { .wr_id = 14, .opcode = IBV_WR_RDMA_WRITE,
+					  .sg_list = big, .num_sge = 2 };
+
+		__atomic_store_n(&sq->consumer, 3, __ATOMIC_RELEASE);
+		CHECK(metaroce_post_send(qp, &bw, &bad) == EINVAL && bad == &bw &&
+		      sq->producer == 3);
+	}
 	/* More SGEs than the QP has: EINVAL, nothing written. */
 	w[0].num_sge = 5;
 	w[0].next = NULL;

@@ -12,7 +12,7 @@
 use super::verbs::{ah_dgid, cq_of, qp_alloc_io, qp_of, srq_of};
 use super::{raw, IbDev};
 use crate::cq::Pushed;
-use crate::engine::{Io, LocalOp, Received, SendRequest, Sge, Shared, UdDest};
+use crate::engine::{atomic_operands, Io, LocalOp, Received, SendRequest, Sge, Shared, UdDest};
 use crate::proto::{Ecn, Instant, WrOpcode};
 use core::ffi::{c_int, c_void};
 use core::ptr::NonNull;
@@ -560,11 +560,7 @@ unsafe fn decode_send<'a>(
                 let x = unsafe { &*(w as *const raw::ib_send_wr).cast::<raw::ib_atomic_wr>() };
                 r.remote_va = x.remote_addr;
                 r.rkey = x.rkey;
-                // verbs: CAS compares with `compare_add` and swaps in `swap`; FAA adds
-                // `compare_add`. The wire's Compare field is zero for FAA (MR-3.3.4).
-                let cas = op == WrOpcode::AtomicCas;
-                r.compare = if cas { x.compare_add } else { 0 };
-                r.swap_add = if cas { x.swap } else { x.compare_add };
+                (r.compare, r.swap_add) = atomic_operands(op, x.compare_add, x.swap);
             }
             _ => {}
         }

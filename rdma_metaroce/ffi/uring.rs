@@ -450,8 +450,7 @@ impl UserQueues {
             read_sges(e, SEND_HDR, num_sge, sges).ok_or(EINVAL)?;
             num_sge as usize
         };
-        let compare = u64_at(e, 40);
-        let swap = u64_at(e, 48);
+        let (compare, swap_add) = crate::engine::atomic_operands(op, u64_at(e, 40), u64_at(e, 48));
         Ok(SendRequest {
             wr_id: u64_at(e, 0),
             op,
@@ -464,7 +463,7 @@ impl UserQueues {
             rkey: u32_at(e, 28),
             imm: if op == WrOpcode::SendInv { ex } else { u32::from_be(ex) },
             compare,
-            swap_add: if op == WrOpcode::AtomicCas { swap } else { compare },
+            swap_add,
             // The engine refuses anything but SEND/SEND_IMM with a destination on a
             // UD QP, and a destination on an RC QP.
             ud: self.ud.then(|| {
