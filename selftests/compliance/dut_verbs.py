@@ -49,6 +49,32 @@ FIXED = dict(ack_delay_us=0, ack_every=4, initial_rtt_us=500, min_path_rto_us=10
              max_window=4 * 1024 * 1024, ai=4096, beta_q16=52429, max_mdf_q16=32768,
              ecn_g_shift=4)
 # create_qp keys that modify_qp sets per QP.
+# Verbs' min_rnr_timer is IBTA's table of delays (code 0 = 655.36 ms, in 10 us
+# units), which the module turns into the wire's RNR Timer code (MR-3.5.6: delay
+# ((8 + m) << e) * 125 ns) as the shortest not below it (MR-7.1.2). The suite asks
+# for a wire code; only codes some verbs code maps to can be configured.
+_VERBS_RNR_10US = (65536, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256,
+                   384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288,
+                   16384, 24576, 32768, 49152)
+
+
+def _wire_rnr_ns(code):
+    m, e = code & 7, min(code >> 3, 19)
+    return ((8 + m) << e) * 1000 // 8
+
+
+def _wire_rnr_code(ns):
+    return next((c for c in range(160) if _wire_rnr_ns(c) >= ns), 159)
+
+
+def verbs_rnr_code(wire):
+    """The verbs min_rnr_timer whose wire RNR Timer code is `wire`."""
+    for v, units in enumerate(_VERBS_RNR_10US):
+        if _wire_rnr_code(units * 10_000) == wire:
+            return v
+    raise Err("unsupported: RNR timer code %#x is not the image of any verbs min_rnr_timer" % wire)
+
+
 SETTABLE = ("retry_cnt", "rnr_retry", "rnr_timer", "max_rd_atomic", "mtu")
 MTUS = {256: e.IBV_MTU_256, 512: e.IBV_MTU_512, 1024: e.IBV_MTU_1024,
         2048: e.IBV_MTU_2048, 4096: e.IBV_MTU_4096}
@@ -118,7 +144,7 @@ class Qp:
         attr.max_rd_atomic = rd
         attr.max_dest_rd_atomic = rd
         if "rnr_timer" in a:
-            attr.min_rnr_timer = num(a["rnr_timer"])
+            attr.min_rnr_timer = verbs_rnr_code(num(a["rnr_timer"]))
         attr.timeout = 14
         attr.retry_cnt = num(a.get("retry_cnt", "7"))
         attr.rnr_retry = num(a.get("rnr_retry", "7"))
