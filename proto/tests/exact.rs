@@ -220,6 +220,74 @@ fn tail_loss_probe_moves_the_in_flight_bytes_of_its_path() {
     assert_eq!(after, want, "in flight per path before {before:?}");
 }
 
+/// Two connections over two paths, path 1 black-holed from `a` to `b` (data and
+/// probes), path 0 perfect; `a` keeps four 8 KiB WRITEs outstanding so that
+/// acknowledgements keep arriving (no tail loss probe) and path 1 carries data
+/// until it times out.
+struct Path1BlackHoled {
+    a: Connection,
+    b: Connection,
+    ma: VecMemory,
+    mb: VecMemory,
+    posted: u64,
+    done: u64,
+    now: u64,
+}
+
+impl Path1BlackHoled {
+    fn new() -> Self {
+        let tweak = |c: &mut Config| {
+            c.num_paths = 2;
+            c.mtu = 1024;
+            c.min_path_rto = Duration::from_micros(200);
+        };
+        let (mut ca, mut cb) = (Config::test_pair(1, 2), Config::test_pair(2, 1));
+        tweak(&mut ca);
+        tweak(&mut cb);
+        let (ma, mut mb) = (VecMemory::new(), VecMemory::new());
+        mb.add_region(0x77, 0x1000, 1 << 16);
+        Self { a: Connection::new(ca), b: Connection::new(cb), ma, mb, posted: 0, done: 0, now: 1_000 }
+    }
+
+    /// Tops up the WRITEs and exchanges everything due now; `dropped` sees each
+    /// packet `a` sent on path 1.
+    fn exchange(&mut self, mut dropped: impl FnMut(&[u8], u64)) {
+        let now = self.now;
+        while self.a.poll_completion().is_some() {
+            self.done += 1;
+        }
+        while self.posted - self.done < 4 {
+            self.ma.set_local(self.posted, vec![3; 8192]);
+            self.a
+                .post_send(SendWr::write(self.posted, 8192, 0x1000, 0x77))
+                .unwrap();
+            self.posted += 1;
+        }
+        for p in out(&mut self.a, now, &mut self.ma) {
+            if p[3] & 0x0f == 1 {
+                dropped(&p, now);
+            } else {
+                self.b.handle_datagram(Instant(now), 0xC000, false, &p, &mut self.mb);
+            }
+        }
+        for p in out(&mut self.b, now, &mut self.mb) {
+            self.a.handle_datagram(Instant(now), 0xC000, false, &p, &mut self.ma);
+        }
+    }
+
+    /// Moves time to the next timer of either side and runs both.
+    fn advance(&mut self) {
+        self.now = [self.a.poll_timeout(), self.b.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .map(|d| d.as_nanos())
+            .fold(self.now + 1_000_000, u64::min)
+            .max(self.now + 1);
+        self.a.handle_timeout(Instant(self.now));
+        self.b.handle_timeout(Instant(self.now));
+    }
+}
+
 #[test]
 fn a_failed_path_is_not_reprobed_before_its_backoff_interval() {
     // Spec: MR-6.4.3, MR-6.4.4 — when a probe goes unanswered the path is
@@ -228,58 +296,20 @@ fn a_failed_path_is_not_reprobed_before_its_backoff_interval() {
     // pins the reference core's reading: the interval is counted from the
     // unanswered probe's deadline (its path RTO), not from the probe. Path
     // 1 is black-holed (data and probes), path 0 is perfect.
-    let tweak = |c: &mut Config| {
-        c.num_paths = 2;
-        c.mtu = 1024;
-        c.min_path_rto = Duration::from_micros(200);
-    };
-    let (mut ca, mut cb) = (Config::test_pair(1, 2), Config::test_pair(2, 1));
-    tweak(&mut ca);
-    tweak(&mut cb);
-    let min_path_rto = ca.min_path_rto.as_nanos();
-    let mut a = Connection::new(ca);
-    let mut b = Connection::new(cb);
-    let (mut ma, mut mb) = (VecMemory::new(), VecMemory::new());
-    mb.add_region(0x77, 0x1000, 1 << 16);
-    let (mut posted, mut done) = (0u64, 0u64);
-    let mut now = 1_000u64;
+    let mut h = Path1BlackHoled::new();
+    let min_path_rto = h.a.config().min_path_rto.as_nanos();
     let mut probes = vec![];
     let mut failed_at = vec![];
-    while now < 50_000_000 && probes.len() < 4 {
-        // Keep data flowing, so that acknowledgements keep arriving (no tail
-        // loss probe) and path 1 carries data until it times out.
-        while a.poll_completion().is_some() {
-            done += 1;
-        }
-        while posted - done < 4 {
-            ma.set_local(posted, vec![3; 8192]);
-            a.post_send(SendWr::write(posted, 8192, 0x1000, 0x77))
-                .unwrap();
-            posted += 1;
-        }
-        for p in out(&mut a, now, &mut ma) {
-            if p[3] & 0x0f == 1 {
-                if p[1] == 0x21 {
-                    probes.push(now);
-                }
-                continue;
+    while h.now < 50_000_000 && probes.len() < 4 {
+        h.exchange(|p, now| {
+            if p[1] == 0x21 {
+                probes.push(now);
             }
-            b.handle_datagram(Instant(now), 0xC000, false, &p, &mut mb);
-        }
-        for p in out(&mut b, now, &mut mb) {
-            a.handle_datagram(Instant(now), 0xC000, false, &p, &mut ma);
-        }
-        now = [a.poll_timeout(), b.poll_timeout()]
-            .into_iter()
-            .flatten()
-            .map(|d| d.as_nanos())
-            .fold(now + 1_000_000, u64::min)
-            .max(now + 1);
-        let (r, t) = (a.stats().repaths, a.stats().path_timeouts);
-        a.handle_timeout(Instant(now));
-        b.handle_timeout(Instant(now));
-        if a.stats().repaths > r && a.stats().path_timeouts == t {
-            failed_at.push(now); // an unanswered probe's deadline
+        });
+        let (r, t) = (h.a.stats().repaths, h.a.stats().path_timeouts);
+        h.advance();
+        if h.a.stats().repaths > r && h.a.stats().path_timeouts == t {
+            failed_at.push(h.now); // an unanswered probe's deadline
         }
     }
     assert!(probes.len() >= 3, "probes at {probes:?}");
@@ -337,47 +367,12 @@ fn bits256_and_not_clears_exactly_the_other_bits() {
 fn a_path_timeout_collapses_that_path_window_to_one_mtu() {
     // Spec: MR-8.3.5, MR-6.3.2 — path 1 is black-holed until it times out;
     // its window is then one MTU, the other path's is untouched.
-    let tweak = |c: &mut Config| {
-        c.num_paths = 2;
-        c.mtu = 1024;
-        c.min_path_rto = Duration::from_micros(200);
-    };
-    let (mut ca, mut cb) = (Config::test_pair(1, 2), Config::test_pair(2, 1));
-    tweak(&mut ca);
-    tweak(&mut cb);
-    let mut a = Connection::new(ca);
-    let mut b = Connection::new(cb);
-    let (mut ma, mut mb) = (VecMemory::new(), VecMemory::new());
-    mb.add_region(0x77, 0x1000, 1 << 16);
-    let (mut posted, mut done) = (0u64, 0u64);
-    let mut now = 1_000u64;
-    while a.stats().path_timeouts == 0 && now < 50_000_000 {
-        while a.poll_completion().is_some() {
-            done += 1;
-        }
-        while posted - done < 4 {
-            ma.set_local(posted, vec![3; 8192]);
-            a.post_send(SendWr::write(posted, 8192, 0x1000, 0x77))
-                .unwrap();
-            posted += 1;
-        }
-        for p in out(&mut a, now, &mut ma) {
-            if p[3] & 0x0f != 1 {
-                b.handle_datagram(Instant(now), 0xC000, false, &p, &mut mb);
-            }
-        }
-        for p in out(&mut b, now, &mut mb) {
-            a.handle_datagram(Instant(now), 0xC000, false, &p, &mut ma);
-        }
-        now = [a.poll_timeout(), b.poll_timeout()]
-            .into_iter()
-            .flatten()
-            .map(|d| d.as_nanos())
-            .fold(now + 1_000_000, u64::min)
-            .max(now + 1);
-        a.handle_timeout(Instant(now));
-        b.handle_timeout(Instant(now));
+    let mut h = Path1BlackHoled::new();
+    while h.a.stats().path_timeouts == 0 && h.now < 50_000_000 {
+        h.exchange(|_, _| {});
+        h.advance();
     }
+    let a = &h.a;
     assert_eq!(a.stats().path_timeouts, 1, "path 1 never timed out");
     assert_eq!(a.path_info(1).unwrap().status, PathStatus::Suspect);
     assert_eq!(
