@@ -31,16 +31,6 @@ done
 show cat /sys/class/infiniband/mrc0/node_guid /sys/class/infiniband/mrc0/ports/1/link_layer /sys/class/infiniband/mrc0/ports/1/state
 if ibv_devices 2>/dev/null | grep -q mrc; then show ibv_devices; show ibv_devinfo -d mrc0; else
     echo; echo "(ibv_devices: the userspace provider is not installed in this build yet)"; fi
-# gid_idx DEV ADDR-GID: index of the RoCE v2 GID of that IPv4 address.
-gid_idx() {
-    local f i
-    for f in /sys/class/infiniband/"$1"/ports/1/gids/*; do
-        i=${f##*/}
-        [ "$(cat "/sys/class/infiniband/$1/ports/1/gid_attrs/types/$i" 2>/dev/null)" = "RoCE v2" ] || continue
-        [ "$(cat "$f")" = "$2" ] && { echo "$i"; return 0; }
-    done
-    return 1
-}
 listening() { ip netns exec hostB ss -ltn | grep -q ":$1 "; }
 # pair PORT SERVER... -- CLIENT... : server in hostB, client in hostA once it listens.
 pair() {

@@ -23,3 +23,19 @@ rm_hosts() {
 
 A() { ip netns exec hostA "$@"; }
 B() { ip netns exec hostB "$@"; }
+
+# gid_idx DEV GID: the index of DEV's RoCE v2 GID equal to GID (sysfs form, e.g.
+# 0000:0000:0000:0000:0000:ffff:c612:0001). One grep over the table: rxe has 1024
+# entries, and a fork per entry takes minutes under TCG.
+gid_idx() {
+    local f i
+    # shellcheck disable=SC2013  # sysfs paths have no spaces
+    for f in $(grep -lx "$2" /sys/class/infiniband/"$1"/ports/1/gids/* 2>/dev/null); do
+        i=${f##*/}
+        if [ "$(cat "/sys/class/infiniband/$1/ports/1/gid_attrs/types/$i" 2>/dev/null)" = "RoCE v2" ]; then
+            echo "$i"
+            return 0
+        fi
+    done
+    return 1
+}

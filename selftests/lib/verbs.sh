@@ -32,21 +32,12 @@ vb_links_del() {
 }
 
 # vb_gid_index DEV IPV4: the index of DEV's RoCE v2 GID holding the IPv4-mapped
-# address. One grep over the table: rxe has 1024 entries, and a fork per entry
-# takes minutes under TCG.
+# address (gid_idx, lib/net.sh).
 vb_gid_index() {
-    local dev=$1 gid f i
+    local gid
     # shellcheck disable=SC2086  # split the dotted quad
     gid=$(IFS=.; set -- $2; printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' "$1" "$2" "$3" "$4")
-    # shellcheck disable=SC2013  # sysfs paths have no spaces
-    for f in $(grep -lx "$gid" "$VB_SYS/$dev"/ports/1/gids/* 2>/dev/null); do
-        i=${f##*/}
-        if [ "$(cat "$VB_SYS/$dev/ports/1/gid_attrs/types/$i" 2>/dev/null)" = "RoCE v2" ]; then
-            echo "$i"
-            return 0
-        fi
-    done
-    return 1
+    gid_idx "$1" "$gid"
 }
 vb_find_gids() {
     VB_GID_A=$(vb_gid_index "$VB_DEV_A" "$VB_ADDR_A") && VB_GID_B=$(vb_gid_index "$VB_DEV_B" "$VB_ADDR_B")

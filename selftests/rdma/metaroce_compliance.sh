@@ -11,7 +11,6 @@ COMP=$(cd "$HERE/../compliance" && pwd)
 . "$HERE/../lib/ktap.sh"
 . "$HERE/../lib/net.sh"
 KO=${METAROCE_KO:-$HERE/../../rdma_metaroce.ko}
-SYS=/sys/class/infiniband
 OUTDIR=${METAROCE_OUT:-/tmp}
 cleanup() {
     rdma link del mrc0 2>/dev/null
@@ -29,16 +28,6 @@ PORT=4792 PATHS=4 TARGET_US=1000
 mrc_insmod udp_port=$PORT num_paths=$PATHS cc_target_delay_us=$TARGET_US ||
     { echo "TAP version 13"; echo "not ok 1 load rdma_metaroce"; echo "1..1"; exit 1; }
 A rdma link add mrc0 type metaroce netdev veth0
-# gid_idx DEV GID: index of that RoCE v2 GID.
-gid_idx() {
-    local f i
-    for f in "$SYS/$1"/ports/1/gids/*; do
-        i=${f##*/}
-        [ "$(cat "$SYS/$1/ports/1/gid_attrs/types/$i" 2>/dev/null)" = "RoCE v2" ] || continue
-        [ "$(cat "$f")" = "$2" ] && { echo "$i"; return 0; }
-    done
-    return 1
-}
 if ! wait_for 10 gid_idx mrc0 0000:0000:0000:0000:0000:ffff:c612:0001; then
     echo "TAP version 13"; echo "not ok 1 mrc0 has a RoCE v2 GID for 198.18.0.1"; echo "1..1"; exit 1
 fi

@@ -13,7 +13,6 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/../lib/net.sh"
 KO=${METAROCE_KO:-$HERE/../../rdma_metaroce.ko}
 TKO=${METAROCE_KVERBS_KO:-$HERE/kverbs/mrc_kverbs_test.ko}
-SYS=/sys/class/infiniband
 cleanup() {
     rmmod mrc_kverbs_test 2>/dev/null
     rdma link del mrc0 2>/dev/null
@@ -25,16 +24,7 @@ ktap_header
 mk_hosts
 mrc_insmod || { ktap_fail "load rdma_metaroce"; ktap_finish; exit 1; }
 A rdma link add mrc0 type metaroce netdev veth0
-roce_v2_ipv4_gid() {
-    local f i
-    for f in "$SYS/mrc0"/ports/1/gids/*; do
-        i=${f##*/}
-        [ "$(cat "$SYS/mrc0/ports/1/gid_attrs/types/$i" 2>/dev/null)" = "RoCE v2" ] || continue
-        [ "$(cat "$f")" = 0000:0000:0000:0000:0000:ffff:c612:0001 ] && return 0
-    done
-    return 1
-}
-check "mrc0 has its RoCE v2 GID for 198.18.0.1" wait_for 10 roce_v2_ipv4_gid
+check "mrc0 has its RoCE v2 GID for 198.18.0.1" wait_for 10 gid_idx mrc0 0000:0000:0000:0000:0000:ffff:c612:0001
 if [ ! -f "$TKO" ]; then
     ktap_fail "kernel consumer test module $TKO was not built"
 else

@@ -8,7 +8,6 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/../lib/ktap.sh"
 . "$HERE/../lib/net.sh"
 KO=${METAROCE_KO:-$HERE/../../rdma_metaroce.ko}
-SYS=/sys/class/infiniband
 cleanup() {
     rdma link del mrc0 2>/dev/null; rdma link del mrc1 2>/dev/null
     rm_hosts; rmmod rdma_metaroce 2>/dev/null; true
@@ -19,16 +18,6 @@ mk_hosts
 mrc_insmod || { echo "not ok 1 load rdma_metaroce"; exit 1; }
 A rdma link add mrc0 type metaroce netdev veth0
 B rdma link add mrc1 type metaroce netdev veth1
-# gid_idx DEV GID: index of that RoCE v2 GID.
-gid_idx() {
-    local f i
-    for f in "$SYS/$1"/ports/1/gids/*; do
-        i=${f##*/}
-        [ "$(cat "$SYS/$1/ports/1/gid_attrs/types/$i" 2>/dev/null)" = "RoCE v2" ] || continue
-        [ "$(cat "$f")" = "$2" ] && { echo "$i"; return 0; }
-    done
-    return 1
-}
 wait_for 10 gid_idx mrc0 0000:0000:0000:0000:0000:ffff:c612:0001
 wait_for 10 gid_idx mrc1 0000:0000:0000:0000:0000:ffff:c612:0002
 GA=$(gid_idx mrc0 0000:0000:0000:0000:0000:ffff:c612:0001)
