@@ -98,7 +98,7 @@ impl PageList {
         let mut at = iova % ps + offset;
         let mut done = 0usize;
         while done < len {
-            let Some(&page) = self.pages.get((at / ps) as usize).filter(|_| ((at / ps) as usize) < self.n) else {
+            let Some(&page) = self.pages.get(..self.n).and_then(|p| p.get((at / ps) as usize)) else {
                 return false;
             };
             let in_page = at % ps;

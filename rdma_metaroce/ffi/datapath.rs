@@ -582,11 +582,9 @@ pub(super) unsafe extern "C" fn post_send_cb(
     };
     if mapped {
         // The doorbell of a QP whose process posts into its mapped send ring: a
-        // post with no work requests. Requests passed here as well would overtake
-        // those in the ring.
-        let ret = if !wr.is_null() {
-            EINVAL.to_errno()
-        } else if !accepts {
+        // post with no work requests, in a sending state. Requests passed here as
+        // well would overtake those in the ring.
+        let ret = if !wr.is_null() || !accepts {
             EINVAL.to_errno()
         } else {
             // SAFETY: Live QP.

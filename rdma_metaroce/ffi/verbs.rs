@@ -5,7 +5,7 @@
 //! then the driver's data), the object sizes ib_core needs, and the op trampolines.
 
 use super::raw;
-use crate::cq::{wc_opcode_raw, Arm, Cq, Grh, WcOpcode, WcStatus};
+use crate::cq::{wc_opcode_raw, Arm, Cq, WcOpcode, WcStatus};
 use crate::qp::{Qp, QpCaps, QpState, QpType, QpUpdate};
 use crate::srq::{Srq, SrqAttrs};
 use super::IbDev;
@@ -801,22 +801,16 @@ unsafe extern "C" fn poll_cq_cb(ib: *mut raw::ib_cq, num: c_int, wc: *mut raw::i
         // Destroying a QP purges its completions first, so the handle is live.
         out.qp = w.qp_handle as *mut raw::ib_qp;
         out.src_qp = w.src_qp;
-        out.wc_flags = 0;
-        let net = match w.grh {
-            Grh::None => None,
-            Grh::Ipv4 => Some(raw::rdma_network_type_RDMA_NETWORK_IPV4),
-            Grh::Ipv6 => Some(raw::rdma_network_type_RDMA_NETWORK_IPV6),
-        };
+        // The same flags a mapped completion ring carries (`uring::wc_flags`).
+        let (flags, net) = super::uring::wc_flags(w);
+        out.wc_flags = flags as c_int;
         if let Some(t) = net {
-            out.wc_flags |= (raw::ib_wc_flags_IB_WC_GRH | raw::ib_wc_flags_IB_WC_WITH_NETWORK_HDR_TYPE) as c_int;
-            out.network_hdr_type = t as u8;
+            out.network_hdr_type = t;
         }
         if let Some(imm) = w.imm {
             out.ex.imm_data = imm.to_be();
-            out.wc_flags |= raw::ib_wc_flags_IB_WC_WITH_IMM as c_int;
         } else if let Some(rkey) = w.invalidated_rkey {
             out.ex.invalidate_rkey = rkey;
-            out.wc_flags |= raw::ib_wc_flags_IB_WC_WITH_INVALIDATE as c_int;
         }
         out.pkey_index = 0;
         out.port_num = 1;
