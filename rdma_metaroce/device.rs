@@ -57,6 +57,22 @@ pub(crate) fn ib_mtu_for(netdev_mtu: u32) -> IbMtu {
     }
 }
 
+/// Smallest and largest `rc_mtu` module parameter (MetaRoCE MTU range, spec MR-2.6.1).
+pub(crate) const MIN_RC_MTU: u32 = 256;
+pub(crate) const MAX_RC_MTU: u32 = 9000;
+
+/// The MetaRoCE MTU an RC connection may use beyond its verbs `path_mtu` (0: none):
+/// the `rc_mtu` module parameter, cut to what [`ENCAP_OVERHEAD`] leaves of the
+/// netdev's MTU. Verbs' `path_mtu` stops at 4096, but a reliable connection's
+/// packetization is the transport's own business (spec MR-2.6.1 allows 9000), and
+/// on a jumbo-frame fabric twice the payload per packet halves the per-packet work.
+pub(crate) fn rc_mtu_for(param: u32, netdev_mtu: u32) -> u32 {
+    if param == 0 {
+        return 0;
+    }
+    param.min(netdev_mtu.saturating_sub(ENCAP_OVERHEAD))
+}
+
 /// `rdma link add NAME type metaroce netdev DEV`.
 pub(crate) fn newlink(name: &CStr, ndev: &NetDev) -> Result {
     if !ndev.is_ethernet() {
@@ -180,6 +196,15 @@ mod tests {
     fn eui64_flips_universal_local_bit_and_inserts_fffe() {
         let eui = eui64_from_mac([0x02, 0x11, 0x22, 0x33, 0x44, 0x55]);
         assert_eq!(eui, [0x00, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55]);
+    }
+
+    #[test]
+    fn rc_mtu_is_the_parameter_cut_to_the_netdev() {
+        assert_eq!(rc_mtu_for(0, 9000), 0);
+        assert_eq!(rc_mtu_for(9000, 9000), 9000 - ENCAP_OVERHEAD);
+        assert_eq!(rc_mtu_for(4096, 9000), 4096);
+        assert_eq!(rc_mtu_for(9000, 1500), 1500 - ENCAP_OVERHEAD);
+        assert_eq!(rc_mtu_for(9000, 0), 0);
     }
 
     #[test]

@@ -26,7 +26,7 @@ use kernel::prelude::*;
 /// Bytes in front of every UD receive buffer's payload that hold the GRH (IBTA).
 pub(crate) const GRH_LEN: usize = 40;
 
-/// Largest payload of one datagram the engine builds (an MTU plus headers fits).
+/// Largest payload of one datagram the engine builds with the largest verbs MTU.
 const TX_BUF: usize = proto::connection::MAX_HEADER + 4096;
 
 /// Receive WQEs a QP on an SRQ can hold: those of the messages that have arrived and
@@ -141,8 +141,11 @@ pub(crate) struct ConnectParams {
     /// `None` until the consumer set it (a responder left in RTR).
     pub(crate) sq_psn: Option<u32>,
     pub(crate) rq_psn: u32,
-    /// Payload bytes per packet.
+    /// Payload bytes per packet (verbs' `path_mtu`).
     pub(crate) mtu: u32,
+    /// Payload bytes per packet an RC connection may use instead when larger
+    /// (`rc_mtu`; 0: none).
+    pub(crate) rc_mtu: u32,
     pub(crate) num_paths: u8,
     pub(crate) max_rd_atomic: u8,
     pub(crate) retry_cnt: u8,
@@ -282,6 +285,8 @@ impl Engine {
     /// `port_seed` picks the QP's UDP source ports (random bits from the caller).
     /// `srq_max_sge`: the QP receives from an SRQ whose WQEs have up to this many
     /// SGEs; it then keeps a few of them at a time in its own receive ring.
+    /// `max_rc_mtu`: the largest `rc_mtu` its connections may use (sizes the
+    /// transmit buffer; 0: verbs MTUs only).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         ty: QpType,
@@ -292,6 +297,7 @@ impl Engine {
         port_seed: u16,
         srq_max_sge: Option<u32>,
         conn: Option<KBox<Connection>>,
+        max_rc_mtu: u32,
     ) -> Result<Self> {
         let sd = caps.max_send_wr.max(1) as usize;
         let (rd, rse) = match srq_max_sge {
@@ -328,7 +334,7 @@ impl Engine {
             mtu: 1024,
             // Dynamic port range (RFC 6335), a random base per QP.
             src_port: 0xC000 | (port_seed & 0x3fff),
-            tx: filled(0u8, TX_BUF)?,
+            tx: filled(0u8, TX_BUF.max(proto::connection::MAX_HEADER + max_rc_mtu as usize))?,
             sig_all,
             on_srq: srq_max_sge.is_some(),
             counters: EngineCounters::default(),
@@ -450,7 +456,10 @@ impl Engine {
         let first = p.sq_psn.unwrap_or_else(|| proto::qpn_derived_tsn(self.qpn, p.remote_qpn));
         let mut cfg = Config::new(self.qpn, p.remote_qpn, first, p.rq_psn);
         cfg.accept_derived_peer_tsn = true;
-        cfg.mtu = p.mtu;
+        // Spec: MR-2.6.1 — a larger MetaRoCE MTU than verbs can name, if the
+        // transmit buffer holds it.
+        let room = self.tx.len().saturating_sub(proto::connection::MAX_HEADER) as u32;
+        cfg.mtu = p.mtu.max(p.rc_mtu.min(room));
         cfg.num_paths = p.num_paths;
         cfg.peer_num_paths = p.num_paths;
         cfg.max_rd_atomic = p.max_rd_atomic.clamp(1, proto::connection::MAX_RD_ATOMIC as u8);
@@ -461,10 +470,12 @@ impl Engine {
         cfg.min_rnr_timer = proto::rnr_timer_code_for_verbs(p.min_rnr_timer);
         cfg.src_port_base = self.src_port;
         // A software device on a host stack: scheduling, not the wire, dominates the
-        // round trip, and timers have jiffy resolution. Acknowledge at the end of
-        // every receive batch (no delayed-ACK timer) and keep timeouts well above
-        // scheduling noise.
-        cfg.ack_delay = Duration::from_micros(0);
+        // round trip, and timers have jiffy resolution, so keep timeouts well above
+        // scheduling noise. Datagrams are handled one at a time as they arrive, so
+        // an ACK is due after `ack_every` packets of a path or at once on the last
+        // packet of a message (ACK_REQ, MR-5.4.1); the delayed-ACK timer only
+        // covers a burst that ends short of that.
+        cfg.ack_delay = Duration::from_micros(500);
         cfg.initial_rtt = Duration::from_micros(500);
         cfg.min_path_rto = Duration::from_millis(10);
         cfg.min_rto = Duration::from_millis(50);
@@ -751,9 +762,24 @@ impl Engine {
     /// `rx_drained`: every received datagram has been handed in. Timers run only
     /// then: an acknowledgement still waiting in the receive queue must not let a
     /// retransmission timer fire as if it had been lost.
-    pub(crate) fn run(&mut self, sh: &Shared<'_>, io: &mut impl Io, now: Instant, rx_drained: bool) -> Option<Instant> {
+    ///
+    /// `ack_clocked` (spec MR-10.3.3): while packets are in flight, hand posted work to the
+    /// connection but leave transmitting it to the run that their acknowledgement
+    /// triggers. A doorbell asks for this: it runs on whatever CPU the process is
+    /// on, the acknowledgements' runs on the CPU whose receive queue the flow
+    /// uses, and packets transmitted from two CPUs reach the peer through two
+    /// per-CPU queues, out of order within a path (each reordering deeper than
+    /// the reorder threshold costs a spurious retransmission, MR-5.3.2).
+    pub(crate) fn run(
+        &mut self,
+        sh: &Shared<'_>,
+        io: &mut impl Io,
+        now: Instant,
+        rx_drained: bool,
+        ack_clocked: bool,
+    ) -> Option<Instant> {
         match self.ty {
-            QpType::Rc => self.run_rc(sh, io, now, rx_drained),
+            QpType::Rc => self.run_rc(sh, io, now, rx_drained, ack_clocked),
             QpType::Ud => {
                 self.run_ud(sh, io, now);
                 None
@@ -761,7 +787,14 @@ impl Engine {
         }
     }
 
-    fn run_rc(&mut self, sh: &Shared<'_>, io: &mut impl Io, now: Instant, rx_drained: bool) -> Option<Instant> {
+    fn run_rc(
+        &mut self,
+        sh: &Shared<'_>,
+        io: &mut impl Io,
+        now: Instant,
+        rx_drained: bool,
+        ack_clocked: bool,
+    ) -> Option<Instant> {
         if !self.connected {
             self.flush_unfed(io);
             return None;
@@ -826,7 +859,7 @@ impl Engine {
         }
         feed_receives(q, conn);
         let mut more = false;
-        {
+        if !(ack_clocked && conn.in_flight()) {
             let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters };
             let mut sent = 0;
             while let Some(t) = conn.poll_transmit(now, tx, &mut mem) {

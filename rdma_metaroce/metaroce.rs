@@ -46,6 +46,10 @@ module! {
             default: 1000,
             description: "Queueing delay (us) above the path's minimum RTT that congestion control reads as congestion, 1..100000",
         },
+        rc_mtu: u32 {
+            default: 0,
+            description: "Payload bytes per packet of RC connections: 0 uses the QP's path_mtu; 256..9000 uses up to that many where the netdev's MTU leaves room (every host of the fabric must carry such frames)",
+        },
     },
 }
 
@@ -75,6 +79,11 @@ impl kernel::Module for MetaRoce {
         let target = *module_parameters::cc_target_delay_us.value();
         if target == 0 || target > 100_000 {
             pr_err!("cc_target_delay_us={} is out of range 1..100000\n", target);
+            return Err(EINVAL);
+        }
+        let rc_mtu = *module_parameters::rc_mtu.value();
+        if rc_mtu != 0 && !(crate::device::MIN_RC_MTU..=crate::device::MAX_RC_MTU).contains(&rc_mtu) {
+            pr_err!("rc_mtu={} is out of range (0, or 256..9000)\n", rc_mtu);
             return Err(EINVAL);
         }
         if paths == 0 || paths > MAX_PATHS {

@@ -216,8 +216,9 @@ impl Qp {
     }
 
     /// Applies a `modify_qp` whose transition ib_core accepted, to the attributes and
-    /// then to the data path (`num_paths`, `cc_target_delay_us`: module parameters).
-    pub(crate) fn modify(&self, u: &QpUpdate, num_paths: u8, cc_target_delay_us: u32) -> Result {
+    /// then to the data path (`num_paths`, `cc_target_delay_us`: module parameters;
+    /// `rc_mtu`: [`crate::device::rc_mtu_for`]).
+    pub(crate) fn modify(&self, u: &QpUpdate, num_paths: u8, cc_target_delay_us: u32, rc_mtu: u32) -> Result {
         let mut attrs = self.attrs.lock();
         let before = attrs.state;
         attrs.apply(u)?;
@@ -230,6 +231,7 @@ impl Qp {
             sq_psn: a.sq_psn_set.then_some(a.sq_psn),
             rq_psn: a.rq_psn,
             mtu: 128 << a.path_mtu,
+            rc_mtu,
             num_paths,
             max_rd_atomic: a.max_rd_atomic,
             retry_cnt: a.retry_cnt,

@@ -2078,7 +2078,9 @@ impl Connection {
         2 * srtt + self.cfg.ack_delay.as_nanos()
     }
 
-    fn in_flight(&self) -> bool {
+    /// Packets are sent and not yet acknowledged: an acknowledgement, or else a
+    /// timer, will follow.
+    pub fn in_flight(&self) -> bool {
         self.snd_una != self.snd_nxt
     }
 

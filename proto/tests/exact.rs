@@ -121,14 +121,17 @@ fn is_idle_follows_queued_work() {
     ma.set_local(1, vec![1; 10]);
     a.post_send(SendWr::write(1, 10, 0x1000, 0x77)).unwrap();
     assert!(!a.is_idle(), "posted WR");
+    assert!(!a.in_flight(), "posted, not sent");
     let pkts = out(&mut a, 1_000, &mut ma);
     assert!(!a.is_idle(), "in flight");
+    assert!(a.in_flight());
     for p in &pkts {
         b.handle_datagram(Instant(2_000), 0xC000, false, p, &mut mb);
     }
     for p in out(&mut b, 2_000, &mut mb) {
         a.handle_datagram(Instant(3_000), 0xC000, false, &p, &mut ma);
     }
+    assert!(!a.in_flight(), "acknowledged");
     assert!(!a.is_idle(), "completion not polled yet");
     assert!(a.poll_completion().is_some());
     assert!(a.is_idle());

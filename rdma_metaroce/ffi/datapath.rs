@@ -4,10 +4,12 @@
 //! that routes received datagrams to QPs ([`QpTable`]), the per-QP work item that
 //! runs the [`Engine`](crate::engine::Engine), transmission, and the post/poll verbs.
 //!
-//! Concurrency: received datagrams arrive in softirq; they are only looked up (under
-//! RCU) and queued to their QP, whose work item does everything else in process
-//! context under the QP's engine lock. A QP leaves the table, then an RCU grace period
-//! passes, then its work is cancelled, before it is freed.
+//! Concurrency: received datagrams arrive in softirq; they are looked up (under RCU),
+//! queued to their QP and the QP is run there, under its engine lock (a lock that
+//! excludes softirqs when taken from process context). A process's doorbell runs its
+//! QP in the system call; timers and kernel consumers' posts run it from its work
+//! item. A QP leaves the table, then an RCU grace period passes, then its work is
+//! cancelled, before it is freed.
 
 use super::verbs::{ah_dgid, cq_of, qp_alloc_io, qp_of, srq_of};
 use super::{raw, IbDev};
@@ -301,12 +303,48 @@ fn now() -> Instant {
 /// time the engine spinlock is held; the work requeues itself if more are waiting).
 const RX_BUDGET: usize = 64;
 
-/// The work item of a QP: drains received datagrams into the engine, runs it, then
-/// fires completion handlers and rearms itself.
+/// The work item of a QP: runs the QP for its timers and for whatever could not be
+/// done where it arrived (see [`run_qp`]).
 unsafe extern "C" fn qp_run_cb(owner: *mut c_void) {
-    let ib = owner.cast::<raw::ib_qp>();
-    // SAFETY: The work only runs between `qp_start` and `qp_stop` (which cancels it),
-    // so the QP, its device and its io context are alive.
+    // SAFETY: The work only runs between `qp_start` and `qp_stop` (which cancels it).
+    unsafe { run_qp(owner.cast(), Origin::Work) };
+}
+
+/// What made a QP run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// Its work item (a timer, a kernel consumer's post, an overrun budget).
+    Work,
+    /// A datagram for it arrived (softirq).
+    Received,
+    /// Its process rang the doorbell or posted through a command (system call).
+    Doorbell,
+}
+
+/// Rounds one run may take before leaving the rest to the work item (bounds the
+/// time a softirq or system call spends on one QP; the window bounds it anyway).
+const MAX_ROUNDS: u32 = 16;
+
+/// Spec: MR-10.3.3 — where a QP runs keeps each path's packets in order.
+///
+/// Runs a QP: drains received datagrams into the engine, feeds it posted work,
+/// transmits, completes, fires completion handlers, and repeats while a budget ran
+/// out; then arms the QP's work for the engine's next timer.
+///
+/// It runs where the event happened whenever that context may transmit: in the
+/// softirq that received a datagram, and in the system call of a process's doorbell.
+/// Handing every event to the work item instead costs a scheduler round trip per
+/// hop; a worker woken while the CPU busy-polls in user space (as latency tests and
+/// most RDMA applications do) waits for the next tick, which made every one-way
+/// latency about one jiffy. The work item remains for timers, for posts from
+/// contexts that may not transmit (IRQs off) and for runs over `MAX_ROUNDS`.
+///
+/// # Safety
+///
+/// `ib` is a live QP of this driver between `qp_start` and `qp_stop`, and the caller
+/// is in process context with interrupts enabled or in softirq.
+unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) {
+    // SAFETY: Per the contract the QP, its device and its io context are alive.
     let (dev, qp, io_ctx) = unsafe { (IbDev::from_raw((*ib).device), qp_of(ib), qp_alloc_io(ib)) };
     let data = dev.data();
     // SAFETY: NULL or a live SRQ of this driver, held by ib_core while the QP exists.
@@ -315,69 +353,98 @@ unsafe extern "C" fn qp_run_cb(owner: *mut c_void) {
     let srq = (!srq_ptr.is_null()).then(|| unsafe { srq_of(srq_ptr) });
     // The engine takes SRQ WQEs as messages arrive (through `sh.srq`).
     let sh = Shared { mrs: &data.mrs, keys: &data.mr_keys, srq };
-    let mut io = WorkIo { dev, qp: ib, notify: [false; 2], overflow: [false; 2] };
-    let t = now();
-    let mut again = false;
-    let next = {
-        let mut eng = qp.engine.lock();
-        eng.pull_posted(&mut io);
-        let mut n = 0;
-        loop {
-            if n == RX_BUDGET {
-                again = true;
-                break;
-            }
-            // SAFETY: `io_ctx` is alive (see above).
-            let skb = unsafe { raw::mrc_qp_io_rx_pop(io_ctx) };
-            if skb.is_null() {
-                break;
-            }
-            n += 1;
-            let (mut len, mut sport, mut ce) = (0u32, 0u16, false);
-            let (mut sa, mut da) = (0u32, 0u32);
-            let (mut sa6, mut da6) = ([0u8; 16], [0u8; 16]);
-            // SAFETY: We own the skb, a UDP datagram the receive path queued.
-            let p = unsafe {
-                raw::mrc_skb_addrs4(skb, &mut sa, &mut da);
-                raw::mrc_skb_addrs6(skb, sa6.as_mut_ptr(), da6.as_mut_ptr());
-                raw::mrc_skb_udp_payload(skb, &mut len, &mut sport, &mut ce)
-            };
-            // Receives the process posted since (a message must not meet an RNR NAK
-            // for want of a WQE that is already in the ring).
+    let mut rounds = 0;
+    loop {
+        rounds += 1;
+        let mut io = WorkIo { dev, qp: ib, notify: [false; 2], overflow: [false; 2] };
+        let mut again = false;
+        let (t, next) = {
+            let mut eng = qp.engine.lock();
+            // Read under the lock: runs on two CPUs must hand the engine ordered times.
+            let t = now();
             eng.pull_posted(&mut io);
-            if !p.is_null() {
-                // SAFETY: `len` readable bytes inside the linear skb, alive until freed.
-                let bytes = unsafe { core::slice::from_raw_parts(p, len as usize) };
-                let from = if sa != 0 {
-                    crate::engine::IpPair::V4(sa.to_ne_bytes(), da.to_ne_bytes())
-                } else {
-                    crate::engine::IpPair::V6(sa6, da6)
-                };
-                let r = Received { bytes, src_port: sport, ce, addrs: from };
-                eng.on_datagram(&sh, &mut io, t, &r);
+            let mut n = 0;
+            loop {
+                if n == RX_BUDGET {
+                    again = true;
+                    break;
+                }
+                // SAFETY: `io_ctx` is alive (see above).
+                let skb = unsafe { raw::mrc_qp_io_rx_pop(io_ctx) };
+                if skb.is_null() {
+                    break;
+                }
+                n += 1;
+                // SAFETY: We own the skb, a UDP datagram the receive path queued;
+                // ours to free afterwards.
+                unsafe {
+                    hand_in(&mut eng, &sh, &mut io, t, skb);
+                    raw::mrc_kfree_skb(skb);
+                }
             }
-            // SAFETY: Ours to free.
-            unsafe { raw::mrc_kfree_skb(skb) };
+            let ack_clocked = origin == Origin::Doorbell && rounds == 1;
+            let next = eng.run(&sh, &mut io, t, !again, ack_clocked);
+            eng.publish_consumed();
+            crate::net::account(&data.counters, eng.take_counters());
+            (t, next)
+        };
+        io.fire();
+        if srq.is_some_and(|s| s.take_limit_event()) {
+            // SAFETY: A live SRQ (see above).
+            unsafe { raw::mrc_srq_event(srq_ptr, raw::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED as c_int) };
         }
-        let next = eng.run(&sh, &mut io, t, !again);
-        eng.publish_consumed();
-        crate::net::account(&data.counters, eng.take_counters());
-        next
+        let due = again || next.is_some_and(|when| when <= t);
+        if due && rounds < MAX_ROUNDS {
+            continue;
+        }
+        // SAFETY: `io_ctx` is alive; kicking or arming our own work from it is allowed.
+        unsafe {
+            match next {
+                _ if due => raw::mrc_qp_io_kick(io_ctx),
+                Some(when) => raw::mrc_qp_io_arm(io_ctx, (when.as_nanos() - t.as_nanos()).div_ceil(1000)),
+                None => {}
+            }
+        }
+        return;
+    }
+}
+
+/// Hands one received datagram to the engine.
+///
+/// # Safety
+///
+/// `skb` is a live UDP datagram skb of the caller's for the call.
+unsafe fn hand_in(
+    eng: &mut crate::engine::Engine,
+    sh: &Shared<'_>,
+    io: &mut WorkIo<'_>,
+    t: Instant,
+    skb: *mut raw::sk_buff,
+) {
+    let (mut len, mut sport, mut ce) = (0u32, 0u16, false);
+    let (mut sa, mut da) = (0u32, 0u32);
+    let (mut sa6, mut da6) = ([0u8; 16], [0u8; 16]);
+    // SAFETY: Per the contract `skb` is a live UDP datagram.
+    let p = unsafe {
+        raw::mrc_skb_addrs4(skb, &mut sa, &mut da);
+        raw::mrc_skb_addrs6(skb, sa6.as_mut_ptr(), da6.as_mut_ptr());
+        raw::mrc_skb_udp_payload(skb, &mut len, &mut sport, &mut ce)
     };
-    io.fire();
-    if srq.is_some_and(|s| s.take_limit_event()) {
-        // SAFETY: A live SRQ (see above).
-        unsafe { raw::mrc_srq_event(srq_ptr, raw::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED as c_int) };
+    // Receives the process posted since (a message must not meet an RNR NAK for
+    // want of a WQE that is already in the ring).
+    eng.pull_posted(io);
+    if p.is_null() {
+        return;
     }
-    // SAFETY: `io_ctx` is alive; kicking or arming our own work from it is allowed.
-    unsafe {
-        match next {
-            _ if again => raw::mrc_qp_io_kick(io_ctx),
-            Some(when) if when <= t => raw::mrc_qp_io_kick(io_ctx),
-            Some(when) => raw::mrc_qp_io_arm(io_ctx, (when.as_nanos() - t.as_nanos()).div_ceil(1000)),
-            None => {}
-        }
-    }
+    // SAFETY: `len` readable bytes inside the linear skb, alive for the call.
+    let bytes = unsafe { core::slice::from_raw_parts(p, len as usize) };
+    let from = if sa != 0 {
+        crate::engine::IpPair::V4(sa.to_ne_bytes(), da.to_ne_bytes())
+    } else {
+        crate::engine::IpPair::V6(sa6, da6)
+    };
+    let r = Received { bytes, src_port: sport, ce, addrs: from };
+    eng.on_datagram(sh, io, t, &r);
 }
 
 /// Hands a received datagram for `qpn` to its QP (softirq). Returns the skb back if
@@ -390,8 +457,11 @@ pub(super) unsafe fn deliver(dev: &IbDev, qpn: u32, skb: *mut raw::sk_buff) -> R
     let Some(qp) = dev.data().qp_table.lookup(qpn) else { return Err(skb) };
     // SAFETY: A live QP (table invariant; we are inside the RCU read section of the
     // UDP receive path, so `qp_stop` waits for us); its io context exists while it is
-    // in the table.
-    unsafe { raw::mrc_qp_io_rx_push(qp_alloc_io(qp), skb) };
+    // in the table. The UDP receive path is softirq, where `run_qp` may run.
+    unsafe {
+        raw::mrc_qp_io_rx_push(qp_alloc_io(qp), skb);
+        run_qp(qp, Origin::Received);
+    }
     Ok(())
 }
 
@@ -587,8 +657,9 @@ pub(super) unsafe extern "C" fn post_send_cb(
         let ret = if !wr.is_null() || !accepts {
             EINVAL.to_errno()
         } else {
-            // SAFETY: Live QP.
-            unsafe { qp_kick(ib) };
+            // SAFETY: Live QP; a doorbell is a system call of the owning process
+            // (process context, interrupts enabled).
+            unsafe { run_qp(ib, Origin::Doorbell) };
             // SAFETY: A live QP's device.
             let dev = unsafe { IbDev::from_raw((*ib).device) };
             dev.data().counters.add(crate::net::Counter::Doorbells, 1);
@@ -626,8 +697,17 @@ pub(super) unsafe extern "C" fn post_send_cb(
             cur = w.next;
         }
     }
-    // SAFETY: Live QP.
-    unsafe { qp_kick(ib) };
+    // SAFETY: Live QP. A process posts from its system call (process context); a
+    // kernel consumer may post from any context, including with interrupts off and
+    // from inside its completion handler, which `run_qp` calls: its posts go to the
+    // work item.
+    unsafe {
+        if user {
+            run_qp(ib, Origin::Doorbell);
+        } else {
+            qp_kick(ib);
+        }
+    }
     ret
 }
 

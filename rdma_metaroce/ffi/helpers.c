@@ -222,8 +222,12 @@ static struct workqueue_struct *mrc_wq;
 
 int mrc_wq_init(void)
 {
-	/* Unbound: QPs are independent and the work may run long (copies). */
-	mrc_wq = alloc_workqueue("metaroce", WQ_UNBOUND | WQ_MEM_RECLAIM, 0);
+	/*
+	 * Per-CPU: a QP's work runs on the CPU its packets arrive on (see
+	 * mrc_qp_io_home), so what it transmits joins the same per-CPU queues as
+	 * what the receive path transmits, in order.
+	 */
+	mrc_wq = alloc_workqueue("metaroce", WQ_PERCPU | WQ_MEM_RECLAIM, 0);
 	return mrc_wq ? 0 : -ENOMEM;
 }
 
@@ -237,7 +241,23 @@ struct mrc_qp_io {
 	struct sk_buff_head rxq;
 	void *owner;
 	void (*run)(void *owner);
+	/* The CPU the QP's datagrams last arrived on (-1: none yet). */
+	int home;
 };
+
+/*
+ * The CPU a QP's work runs on: where its datagrams arrive. A virtual or
+ * software link (veth, loopback) hands a transmitted packet to the receive
+ * queue of the transmitting CPU, so packets one QP transmits from two CPUs can
+ * overtake each other; the receive path and the work transmitting from one CPU
+ * keeps them in order.
+ */
+static int mrc_qp_io_home(struct mrc_qp_io *io)
+{
+	int cpu = READ_ONCE(io->home);
+
+	return cpu >= 0 && cpu_online(cpu) ? cpu : WORK_CPU_UNBOUND;
+}
 
 static void mrc_qp_io_fn(struct work_struct *w)
 {
@@ -256,23 +276,24 @@ struct mrc_qp_io *mrc_qp_io_new(void *owner, void (*run)(void *owner))
 	skb_queue_head_init(&io->rxq);
 	io->owner = owner;
 	io->run = run;
+	io->home = -1;
 	return io;
 }
 
 void mrc_qp_io_kick(struct mrc_qp_io *io)
 {
-	mod_delayed_work(mrc_wq, &io->work, 0);
+	mod_delayed_work_on(mrc_qp_io_home(io), mrc_wq, &io->work, 0);
 }
 
 void mrc_qp_io_arm(struct mrc_qp_io *io, u64 usecs)
 {
-	queue_delayed_work(mrc_wq, &io->work, usecs_to_jiffies(usecs));
+	queue_delayed_work_on(mrc_qp_io_home(io), mrc_wq, &io->work, usecs_to_jiffies(usecs));
 }
 
 void mrc_qp_io_rx_push(struct mrc_qp_io *io, struct sk_buff *skb)
 {
+	WRITE_ONCE(io->home, smp_processor_id());
 	skb_queue_tail(&io->rxq, skb);
-	mod_delayed_work(mrc_wq, &io->work, 0);
 }
 
 struct sk_buff *mrc_qp_io_rx_pop(struct mrc_qp_io *io)

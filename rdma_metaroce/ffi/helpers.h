@@ -99,7 +99,7 @@ struct mrc_qp_io *mrc_qp_io_new(void *owner, void (*run)(void *owner));
 void mrc_qp_io_kick(struct mrc_qp_io *io);
 /* Runs the work after `usecs` unless it is already pending. */
 void mrc_qp_io_arm(struct mrc_qp_io *io, u64 usecs);
-/* Queues a received skb (from softirq) and kicks the work. Takes ownership. */
+/* Queues a received skb (from softirq; this CPU becomes the work's home). Takes ownership. */
 void mrc_qp_io_rx_push(struct mrc_qp_io *io, struct sk_buff *skb);
 /* The oldest queued skb, or NULL. */
 struct sk_buff *mrc_qp_io_rx_pop(struct mrc_qp_io *io);

@@ -517,7 +517,9 @@ unsafe extern "C" fn create_qp_cb(
         // SAFETY: ib_core passes NULL or a live SRQ of this driver, which outlives the
         // QP (ib_core holds a reference while the QP exists).
         let srq_sge = (!init.srq.is_null()).then(|| unsafe { srq(init.srq) }.max_sge());
-        let mut e = Engine::new(ty, qpn, pd, &caps, sig_all, super::random_u32() as u16, srq_sge, conn)?;
+        let max_rc_mtu = *crate::module_parameters::rc_mtu.value();
+        let mut e =
+            Engine::new(ty, qpn, pd, &caps, sig_all, super::random_u32() as u16, srq_sge, conn, max_rc_mtu)?;
         // A process's QP posts through rings mapped into it, if its provider asks (a
         // UD send entry carries its address handle's destination).
         if !gsi {
@@ -608,7 +610,11 @@ unsafe extern "C" fn modify_qp_cb(
     };
     let paths = *crate::module_parameters::num_paths.value() as u8;
     let target = *crate::module_parameters::cc_target_delay_us.value();
-    let ret = match qp.modify(&u, paths, target) {
+    // SAFETY: A live QP's device.
+    let dev = unsafe { IbDev::from_raw((*ib).device) };
+    let netdev_mtu = dev.with_netdev(|n| n.mtu()).unwrap_or(0);
+    let rc_mtu = crate::device::rc_mtu_for(*crate::module_parameters::rc_mtu.value(), netdev_mtu);
+    let ret = match qp.modify(&u, paths, target, rc_mtu) {
         Ok(()) => 0,
         Err(e) => e.to_errno(),
     };

@@ -31,11 +31,13 @@ gid_of() {
 ktap_header
 
 # --- module and parameters -------------------------------------------------------
-check "modinfo lists the udp_port and num_paths parameters" \
-    bash -c "modinfo -p '$KO' | grep -q '^udp_port:' && modinfo -p '$KO' | grep -q '^num_paths:'"
+check "modinfo lists the udp_port, num_paths, cc_target_delay_us and rc_mtu parameters" \
+    bash -c "p=\$(modinfo -p '$KO'); for n in udp_port num_paths cc_target_delay_us rc_mtu; do grep -q \"^\$n:\" <<< \"\$p\" || exit 1; done"
 check "modinfo carries the rdma-link-metaroce alias" bash -c "modinfo -F alias '$KO' | grep -qx rdma-link-metaroce"
 check_fails "loading with udp_port=4791 (RoCEv2's port) is refused" mrc_insmod udp_port=4791
 check_fails "loading with num_paths=0 is refused" mrc_insmod num_paths=0
+check_fails "loading with rc_mtu=255 (below MetaRoCE's smallest MTU) is refused" mrc_insmod rc_mtu=255
+check_fails "loading with rc_mtu=9001 (above MetaRoCE's largest MTU) is refused" mrc_insmod rc_mtu=9001
 check "module loads with defaults" mrc_insmod
 
 # --- link add / del ---------------------------------------------------------------
