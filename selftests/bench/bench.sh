@@ -26,7 +26,8 @@
 # BENCH_CONDS, BENCH_CASES, BENCH_TRANSPORTS, BENCH_QP_PAIRS, BENCH_MP_RATE (per
 # path, tc syntax, empty for none), BENCH_MP_DEGRADE (netem args of the degraded
 # path), BENCH_NUM_PATHS (MetaRoCE's num_paths), BENCH_PARTS (subset of "link mp
-# qpmem") override single settings.
+# qpmem"), BENCH_MTU (the one-link veth MTU, default 9000), BENCH_RC_MTU (MetaRoCE's
+# rc_mtu parameter, default 9000; 0 for verbs' path_mtu) override single settings.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/../lib/ktap.sh"     # mrc_insmod
@@ -57,6 +58,8 @@ MP_RATE=${BENCH_MP_RATE-20mbit}
 MP_DEGRADE=${BENCH_MP_DEGRADE:-loss 5%}
 NUM_PATHS=${BENCH_NUM_PATHS:-}
 PARTS=${BENCH_PARTS:-"link mp qpmem"}
+LINK_MTU=${BENCH_MTU:-9000}             # MTU of the one-link part's veth pair
+RC_MTU=${BENCH_RC_MTU:-9000}            # MetaRoCE's rc_mtu: packets up to 9000 B where the MTU allows
 MARGIN=1                                # perftest -f: warm-up and cool-down, seconds
 TMO=$((WINDOW + 120))                   # bound on every process
 PORT=21000
@@ -86,7 +89,8 @@ echo "part,transport,case,cond,repeat,value,p99,unit,cpu_s_per_gb,kcpu_s_per_gb,
     echo "quick=${BENCH_QUICK:-0}"; echo "window_s=$WINDOW"; echo "repeats=$REPEATS"
     echo "lat_iters=$LAT_ITERS"; echo "conds=$CONDS"; echo "qp_pairs=$QP_PAIRS"
     echo "mp_paths=$NPATHS"; echo "mp_rate=${MP_RATE:-none}"; echo "mp_degrade=$MP_DEGRADE"
-    echo "num_paths=${NUM_PATHS:-default}"; echo "kernel=$(uname -r)"; echo "cpus=$(nproc)"
+    echo "num_paths=${NUM_PATHS:-default}"; echo "link_mtu=$LINK_MTU"; echo "rc_mtu=$RC_MTU"
+    echo "kernel=$(uname -r)"; echo "cpus=$(nproc)"
     echo "mem_kb=$(awk '/MemTotal/ {print $2}' /proc/meminfo)"
 } > "$OUT/bench-params.txt"   # one key=value a line
 
@@ -278,7 +282,8 @@ dev_up() {
         rxe) modprobe rdma_rxe || { WHY="modprobe rdma_rxe failed"; return 1; } ;;
         siw) modprobe siw || { WHY="modprobe siw failed"; return 1; } ;;
         metaroce) lsmod | grep -q '^rdma_metaroce ' ||
-                      mrc_insmod ${NUM_PATHS:+num_paths=$NUM_PATHS} || { WHY="insmod failed"; return 1; } ;;
+                      mrc_insmod ${NUM_PATHS:+num_paths=$NUM_PATHS} rc_mtu="$RC_MTU" ||
+                      { WHY="insmod failed"; return 1; } ;;
     esac
     if ! { ip netns exec hostA rdma link add "$da" type "$type" netdev "$2" &&
            ip netns exec hostB rdma link add "$db" type "$type" netdev "$3"; }; then
@@ -329,6 +334,10 @@ unavailable() { # PART TR CONDS: every cell of the part as unavailable ($WHY)
 part_link() {
     local tr cond case rep da db type
     mk_hosts
+    # The same link MTU for every transport: jumbo frames by default (TCP segments
+    # with GSO whatever the MTU; rxe and MetaRoCE then use a 4096-byte IB MTU).
+    ip -n hostA link set veth0 mtu "$LINK_MTU"
+    ip -n hostB link set veth1 mtu "$LINK_MTU"
     ADDR_A=198.18.0.1 ADDR_B=198.18.0.2
     for tr in $TRANSPORTS; do
         if [ "$tr" != tcp ]; then

@@ -143,7 +143,9 @@ def main():
                         "notes": sorted({r["note"] for r in runs if r["note"]})})
     if lines:
         header = ["test", "link"] + header_tr + header_ratio
-        out += ["One link (veth, netem on both ends). Bandwidth: goodput in Mbit/s, higher is better; "
+        out += [f"One link (veth, MTU {params.get('link_mtu', '1500')}, netem on both ends; "
+                f"MetaRoCE rc_mtu={params.get('rc_mtu', '0')}). "
+                "Bandwidth: goodput in Mbit/s, higher is better; "
                 "latency: one-way (RTT/2) in us, lower is better.", ""] + fmt_table(header, lines) + [""]
         md += md_table(header, lines) + [""]
 
