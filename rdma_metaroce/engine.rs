@@ -99,10 +99,22 @@ pub(crate) enum LocalOp {
 
 /// What the engine asks of the outside world.
 pub(crate) trait Io {
-    /// Sends `pkt` (everything after the UDP header) to `dgid` from UDP source port
-    /// `src_port`. False if it could not be sent (no route, no memory): to the
-    /// protocol that is a lost packet.
-    fn transmit(&mut self, dgid: &[u8; 16], src_port: u16, ecn: Ecn, pkt: &[u8]) -> bool;
+    /// A buffer the packet is sent from (an skb's data area), so a packet is built
+    /// where it leaves from rather than built elsewhere and copied.
+    type TxBuf: core::ops::DerefMut<Target = [u8]>;
+    /// A transmit buffer of at least `len` bytes; `None` when out of memory.
+    fn tx_buf(&mut self, len: usize) -> Option<Self::TxBuf>;
+    /// Sends the first `len` bytes of `buf` (everything after the UDP header) to
+    /// `dgid` from UDP source port `src_port`. False if it could not be sent (no
+    /// route, no memory): to the protocol that is a lost packet.
+    fn transmit_buf(&mut self, dgid: &[u8; 16], src_port: u16, ecn: Ecn, buf: Self::TxBuf, len: usize) -> bool;
+    /// Sends a copy of `pkt`, as [`Io::transmit_buf`].
+    fn transmit(&mut self, dgid: &[u8; 16], src_port: u16, ecn: Ecn, pkt: &[u8]) -> bool {
+        let Some(mut buf) = self.tx_buf(pkt.len()) else { return false };
+        let Some(room) = buf.get_mut(..pkt.len()) else { return false };
+        room.copy_from_slice(pkt);
+        self.transmit_buf(dgid, src_port, ecn, buf, pkt.len())
+    }
     /// Delivers a completion to the send (`recv == false`) or receive CQ.
     fn complete(&mut self, recv: bool, wc: Wc, solicited: bool);
 }
@@ -862,13 +874,29 @@ impl Engine {
         if !(ack_clocked && conn.in_flight()) {
             let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters };
             let mut sent = 0;
-            while let Some(t) = conn.poll_transmit(now, tx, &mut mem) {
-                let pkt = &tx[..t.len];
-                if io.transmit(remote_gid, t.src_port, t.ecn, pkt) {
-                    mem.counters.tx_packets += 1;
-                    mem.counters.tx_bytes += t.len as u64;
-                } else {
-                    mem.counters.tx_failed += 1;
+            let want = conn.max_packet_len();
+            // Each packet is built in the skb it is sent in; the buffer the
+            // connection finally has nothing to put in is freed.
+            loop {
+                let ok = match io.tx_buf(want) {
+                    Some(mut buf) => match conn.poll_transmit(now, &mut buf, &mut mem) {
+                        Some(t) => (io.transmit_buf(remote_gid, t.src_port, t.ecn, buf, t.len), t.len),
+                        None => break,
+                    },
+                    // Out of memory: the packet is still built (the connection
+                    // must not wait for memory with timers stopped) and counted as
+                    // lost; loss recovery sends it again.
+                    None => match conn.poll_transmit(now, tx, &mut mem) {
+                        Some(t) => (false, t.len),
+                        None => break,
+                    },
+                };
+                match ok {
+                    (true, len) => {
+                        mem.counters.tx_packets += 1;
+                        mem.counters.tx_bytes += len as u64;
+                    }
+                    (false, _) => mem.counters.tx_failed += 1,
                 }
                 sent += 1;
                 if sent == TX_BUDGET {

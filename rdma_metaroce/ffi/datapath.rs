@@ -243,8 +243,81 @@ fn ipv4_of(gid: &[u8; 16]) -> Option<[u8; 4]> {
     mapped.then(|| [gid[12], gid[13], gid[14], gid[15]])
 }
 
+/// An skb being filled with one packet: the protocol writes the packet straight
+/// into the buffer the network stack sends, instead of into a staging buffer that
+/// is then copied (one copy of every payload byte fewer).
+///
+/// # Invariants
+///
+/// `skb` is an skb we own, from `mrc_tx_skb_alloc`, with `cap` bytes of tailroom
+/// starting at `data`. Those bytes come from the slab allocator and hold whatever it
+/// held: initialised memory as far as Rust is concerned, not yet meaningful; a
+/// packet is sent only up to the length the protocol reported having written.
+pub(crate) struct TxSkb {
+    skb: NonNull<raw::sk_buff>,
+    data: NonNull<u8>,
+    cap: usize,
+}
+
+impl TxSkb {
+    fn alloc(cap: usize) -> Option<Self> {
+        let len = u32::try_from(cap).ok()?;
+        let mut data = core::ptr::null_mut();
+        // SAFETY: No preconditions; GFP_ATOMIC, so callable under the engine lock.
+        let skb = NonNull::new(unsafe { raw::mrc_tx_skb_alloc(len, &mut data) })?;
+        match NonNull::new(data) {
+            // INVARIANT: The helper reserved `cap` bytes of tailroom at `data`.
+            Some(data) => Some(TxSkb { skb, data, cap }),
+            None => {
+                // SAFETY: Ours, never sent.
+                unsafe { raw::mrc_kfree_skb(skb.as_ptr()) };
+                None
+            }
+        }
+    }
+
+    /// Gives up ownership of the skb, for a helper that consumes it.
+    fn into_raw(self) -> *mut raw::sk_buff {
+        let skb = self.skb.as_ptr();
+        core::mem::forget(self);
+        skb
+    }
+}
+
+impl core::ops::Deref for TxSkb {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: By the type invariant `cap` bytes at `data` are ours while we own
+        // the skb.
+        unsafe { core::slice::from_raw_parts(self.data.as_ptr(), self.cap) }
+    }
+}
+
+impl core::ops::DerefMut for TxSkb {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: As in `deref`; `&mut self` makes the access exclusive.
+        unsafe { core::slice::from_raw_parts_mut(self.data.as_ptr(), self.cap) }
+    }
+}
+
+impl Drop for TxSkb {
+    fn drop(&mut self) {
+        // SAFETY: By the type invariant we own the skb, never sent.
+        unsafe { raw::mrc_kfree_skb(self.skb.as_ptr()) };
+    }
+}
+
 impl Io for WorkIo<'_> {
-    fn transmit(&mut self, dgid: &[u8; 16], src_port: u16, ecn: Ecn, pkt: &[u8]) -> bool {
+    type TxBuf = TxSkb;
+
+    fn tx_buf(&mut self, len: usize) -> Option<TxSkb> {
+        TxSkb::alloc(len)
+    }
+
+    fn transmit_buf(&mut self, dgid: &[u8; 16], src_port: u16, ecn: Ecn, buf: TxSkb, len: usize) -> bool {
+        if len > buf.cap {
+            return false;
+        }
         let tos = match ecn {
             Ecn::NotEct => 0,
             Ecn::Ect0 => 2,
@@ -256,25 +329,25 @@ impl Io for WorkIo<'_> {
             }
             let any = [0u8; 16];
             // SAFETY: The IPv6 socket lives as long as the device's other socket; the
-            // helper copies `pkt` into a new skb.
+            // helper consumes the skb, which holds `len <= cap` written bytes.
             let ret = unsafe {
-                raw::mrc_udp_xmit6(sock6, any.as_ptr(), dgid.as_ptr(), src_port, self.dev.udp_port(), tos,
-                    pkt.as_ptr().cast(), pkt.len())
+                raw::mrc_udp_xmit6_skb(sock6, any.as_ptr(), dgid.as_ptr(), src_port, self.dev.udp_port(), tos,
+                    buf.into_raw(), len)
             };
             return ret == 0;
         };
         // SAFETY: The device's socket is open while the device has QPs; the helper
-        // copies `pkt` into a new skb.
+        // consumes the skb, which holds `len <= cap` written bytes.
         let ret = unsafe {
-            raw::mrc_udp_xmit4(
+            raw::mrc_udp_xmit4_skb(
                 self.dev.sock(),
                 0,
                 u32::from_ne_bytes(d),
                 src_port,
                 self.dev.udp_port(),
                 tos,
-                pkt.as_ptr().cast(),
-                pkt.len(),
+                buf.into_raw(),
+                len,
             )
         };
         ret == 0

@@ -340,70 +340,84 @@ unsigned long mrc_copy_from_user(void *dst, u64 uaddr, size_t len)
 	return copy_from_user(dst, u64_to_user_ptr(uaddr), len);
 }
 
-int mrc_udp_xmit4(struct socket *sock, __be32 saddr, __be32 daddr, u16 sport, u16 dport,
-		  u8 tos, const void *data, size_t len)
+/* Room in front of a packet for the lower headers: the link layer's, then IPv6
+ * (the larger IP header) and UDP. */
+#define MRC_TX_HEADROOM (LL_MAX_HEADER + sizeof(struct ipv6hdr) + sizeof(struct udphdr))
+
+struct sk_buff *mrc_tx_skb_alloc(unsigned int len, u8 **data)
+{
+	/* Called under the QP's engine spinlock. */
+	struct sk_buff *skb = alloc_skb(MRC_TX_HEADROOM + len, GFP_ATOMIC);
+
+	if (!skb)
+		return NULL;
+	skb_reserve(skb, MRC_TX_HEADROOM);
+	*data = skb->data;
+	return skb;
+}
+
+/* Makes sure `skb` has room for the headers `dev` and IP/UDP put in front. */
+static int mrc_tx_headroom(struct sk_buff *skb, struct net_device *dev, unsigned int ip_len)
+{
+	return skb_cow_head(skb, LL_RESERVED_SPACE(dev) + ip_len + sizeof(struct udphdr));
+}
+
+int mrc_udp_xmit4_skb(struct socket *sock, __be32 saddr, __be32 daddr, u16 sport, u16 dport,
+		      u8 tos, struct sk_buff *skb, size_t len)
 {
 	struct sock *sk = sock->sk;
 	struct flowi4 fl = {};
 	struct rtable *rt;
-	struct sk_buff *skb;
-	unsigned int headroom;
+	int err;
 
 	fl.flowi4_oif = sk->sk_bound_dev_if;
 	fl.saddr = saddr;
 	fl.daddr = daddr;
 	fl.flowi4_proto = IPPROTO_UDP;
 	rt = ip_route_output_key(sock_net(sk), &fl);
-	if (IS_ERR(rt))
+	if (IS_ERR(rt)) {
+		kfree_skb(skb);
 		return PTR_ERR(rt);
-	headroom = LL_RESERVED_SPACE(rt->dst.dev) + sizeof(struct iphdr) +
-		   sizeof(struct udphdr);
-	/* Called under the QP's engine spinlock. */
-	skb = alloc_skb(headroom + len, GFP_ATOMIC);
-	if (!skb) {
-		ip_rt_put(rt);
-		return -ENOMEM;
 	}
-	skb_reserve(skb, headroom);
-	skb_put_data(skb, data, len);
+	skb_put(skb, len);
+	err = mrc_tx_headroom(skb, rt->dst.dev, sizeof(struct iphdr));
+	if (err) {
+		ip_rt_put(rt);
+		kfree_skb(skb);
+		return err;
+	}
 	/* The route chose the source address if the caller left it 0. */
 	udp_tunnel_xmit_skb(rt, sk, skb, fl.saddr, daddr, tos, ip4_dst_hoplimit(&rt->dst),
 			    0, htons(sport), htons(dport), false, false, 0);
 	return 0;
 }
 
-int mrc_udp_xmit6(struct socket *sock, const u8 saddr[16], const u8 daddr[16], u16 sport,
-		  u16 dport, u8 tclass, const void *data, size_t len)
+int mrc_udp_xmit6_skb(struct socket *sock, const u8 saddr[16], const u8 daddr[16], u16 sport,
+		      u16 dport, u8 tclass, struct sk_buff *skb, size_t len)
 {
 	struct sock *sk = sock->sk;
 	struct flowi6 fl6 = {};
 	struct dst_entry *dst;
-	struct sk_buff *skb;
-	unsigned int headroom;
+	int err;
 
 	fl6.flowi6_oif = sk->sk_bound_dev_if;
 	memcpy(&fl6.saddr, saddr, 16);
 	memcpy(&fl6.daddr, daddr, 16);
 	fl6.flowi6_proto = IPPROTO_UDP;
 	dst = ip6_dst_lookup_flow(sock_net(sk), sk, &fl6, NULL);
-	if (IS_ERR(dst))
+	if (IS_ERR(dst)) {
+		kfree_skb(skb);
 		return PTR_ERR(dst);
-	if (dst->error) {
-		int err = dst->error;
-
+	}
+	err = dst->error;
+	skb_put(skb, len);
+	if (!err)
+		err = mrc_tx_headroom(skb, dst->dev, sizeof(struct ipv6hdr));
+	if (err) {
 		dst_release(dst);
+		kfree_skb(skb);
 		return err;
 	}
-	headroom = LL_RESERVED_SPACE(dst->dev) + sizeof(struct ipv6hdr) +
-		   sizeof(struct udphdr);
-	/* Called under the QP's engine spinlock. */
-	skb = alloc_skb(headroom + len, GFP_ATOMIC);
-	if (!skb) {
-		dst_release(dst);
-		return -ENOMEM;
-	}
-	skb_reserve(skb, headroom);
-	skb_put_data(skb, data, len);
 	/* The lookup chose the source address if the caller left it unspecified. */
 	udp_tunnel6_xmit_skb(dst, sk, skb, dst->dev, &fl6.saddr, &fl6.daddr, tclass,
 			     ip6_dst_hoplimit(dst), 0, htons(sport), htons(dport), false, 0);

@@ -119,17 +119,23 @@ size_t mrc_umem_write(struct ib_umem *umem, u64 offset, const void *buf, size_t 
 /* copy_from_user(): 0 on success. Process context of the owning process only. */
 unsigned long mrc_copy_from_user(void *dst, u64 uaddr, size_t len);
 
-/* Sends `len` bytes as one UDP/IPv4 datagram from the device socket `sock` (a
- * `saddr` of 0 lets the route choose):
- * route lookup (oif = the socket's bound device), skb construction, UDP and IP
- * headers (udp_tunnel_xmit_skb() -> ip_local_out()). Addresses in network byte
- * order, ports in host order, `tos` carries the ECN codepoint. 0 or -errno. */
-int mrc_udp_xmit4(struct socket *sock, __be32 saddr, __be32 daddr, u16 sport, u16 dport,
-		  u8 tos, const void *data, size_t len);
-/* Sends `len` bytes as one UDP/IPv6 datagram from the IPv6 device socket (an
- * all-zero `saddr` lets the route choose); `tclass` carries the ECN codepoint. */
-int mrc_udp_xmit6(struct socket *sock, const u8 saddr[16], const u8 daddr[16], u16 sport,
-		  u16 dport, u8 tclass, const void *data, size_t len);
+/* A new skb with `len` bytes of tailroom behind room for every lower header;
+ * `*data` is where the packet goes. The caller writes the packet there and passes
+ * the skb to mrc_udp_xmit4_skb()/mrc_udp_xmit6_skb() or frees it. NULL when out of
+ * memory (GFP_ATOMIC: callers hold a spinlock). */
+struct sk_buff *mrc_tx_skb_alloc(unsigned int len, u8 **data);
+/* Sends the first `len` bytes written into `skb` (from mrc_tx_skb_alloc()) as one
+ * UDP/IPv4 datagram from the device socket `sock` (a `saddr` of 0 lets the route
+ * choose): route lookup (oif = the socket's bound device), UDP and IP headers
+ * (udp_tunnel_xmit_skb() -> ip_local_out()). Consumes `skb` in every case.
+ * Addresses in network byte order, ports in host order, `tos` carries the ECN
+ * codepoint. 0 or -errno. */
+int mrc_udp_xmit4_skb(struct socket *sock, __be32 saddr, __be32 daddr, u16 sport, u16 dport,
+		      u8 tos, struct sk_buff *skb, size_t len);
+/* The same over IPv6 from the IPv6 device socket (an all-zero `saddr` lets the
+ * route choose); `tclass` carries the ECN codepoint. Consumes `skb`. */
+int mrc_udp_xmit6_skb(struct socket *sock, const u8 saddr[16], const u8 daddr[16], u16 sport,
+		      u16 dport, u8 tclass, struct sk_buff *skb, size_t len);
 /* The IPv6 source and destination of a received datagram, zero if not IPv6. */
 void mrc_skb_addrs6(struct sk_buff *skb, u8 saddr[16], u8 daddr[16]);
 /* The IPv4 source and destination of a received datagram (network order), 0 if
