@@ -58,14 +58,15 @@ pub(crate) fn ib_mtu_for(netdev_mtu: u32) -> IbMtu {
 }
 
 /// Smallest and largest `rc_mtu` module parameter (MetaRoCE MTU range, spec MR-2.6.1).
-pub(crate) const MIN_RC_MTU: u32 = 256;
-pub(crate) const MAX_RC_MTU: u32 = 9000;
+pub(crate) const MIN_RC_MTU: u32 = crate::proto::wire::MIN_MTU as u32;
+pub(crate) const MAX_RC_MTU: u32 = crate::proto::wire::MAX_MTU as u32;
 
 /// The MetaRoCE MTU an RC connection may use beyond its verbs `path_mtu` (0: none):
 /// the `rc_mtu` module parameter, cut to what [`ENCAP_OVERHEAD`] leaves of the
 /// netdev's MTU. Verbs' `path_mtu` stops at 4096, but a reliable connection's
-/// packetization is the transport's own business (spec MR-2.6.1 allows 9000), and
-/// on a jumbo-frame fabric twice the payload per packet halves the per-packet work.
+/// packetization is the transport's own business (spec MR-2.6.1 allows up to 65000),
+/// and on a jumbo-frame fabric (or a virtual link with a 64 KiB MTU) more payload per
+/// packet divides the per-packet work.
 pub(crate) fn rc_mtu_for(param: u32, netdev_mtu: u32) -> u32 {
     if param == 0 {
         return 0;

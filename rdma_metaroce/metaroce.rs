@@ -48,7 +48,7 @@ module! {
         },
         rc_mtu: u32 {
             default: 0,
-            description: "Payload bytes per packet of RC connections: 0 uses the QP's path_mtu; 256..9000 uses up to that many where the netdev's MTU leaves room (every host of the fabric must carry such frames)",
+            description: "Payload bytes per packet of RC connections: 0 uses the QP's path_mtu; 256..65000 uses up to that many where the netdev's MTU leaves room (every host of the fabric must carry such frames)",
         },
     },
 }
@@ -83,7 +83,12 @@ impl kernel::Module for MetaRoce {
         }
         let rc_mtu = *module_parameters::rc_mtu.value();
         if rc_mtu != 0 && !(crate::device::MIN_RC_MTU..=crate::device::MAX_RC_MTU).contains(&rc_mtu) {
-            pr_err!("rc_mtu={} is out of range (0, or 256..9000)\n", rc_mtu);
+            pr_err!(
+                "rc_mtu={} is out of range (0, or {}..{})\n",
+                rc_mtu,
+                crate::device::MIN_RC_MTU,
+                crate::device::MAX_RC_MTU
+            );
             return Err(EINVAL);
         }
         if paths == 0 || paths > MAX_PATHS {

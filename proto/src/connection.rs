@@ -23,7 +23,7 @@ use super::verbs::{
 };
 use super::wire::{
     rnr_timer_ns, AckRepr, AtomicRepr, BaseRepr, Body, Flags, Opcode, PacketRepr, RequestRepr,
-    ResponseRepr, Syndrome, ACK_FLAG_DUP, ACK_FLAG_ECE, ACK_FLAG_PROBE,
+    ResponseRepr, Syndrome, ACK_FLAG_DUP, ACK_FLAG_ECE, ACK_FLAG_PROBE, MAX_MTU, MIN_MTU,
 };
 
 /// Most paths one connection sprays over (MR-6.1.3).
@@ -92,7 +92,7 @@ pub struct Config {
     /// starts at [`qpn_derived_tsn`]`(remote_qpn, local_qpn)`: a responder-only
     /// peer that never learnt its `sq_psn` (MR-7.1.5).
     pub accept_derived_peer_tsn: bool,
-    /// Payload bytes per packet (256..=9000).
+    /// Payload bytes per packet ([`MIN_MTU`]..=[`MAX_MTU`]).
     pub mtu: u32,
     /// Paths to spray our sends over (1..=8).
     pub num_paths: u8,
@@ -692,7 +692,7 @@ fn seq_lt(a: u32, b: u32) -> bool {
 /// Clamps out-of-range configuration values (shared by `new` and `reset`).
 fn normalise(mut cfg: Config) -> Config {
     // Spec: MR-2.6.1 (MTU range), MR-6.1.3 (1..=8 paths).
-    cfg.mtu = cfg.mtu.clamp(256, 9000);
+    cfg.mtu = cfg.mtu.clamp(MIN_MTU as u32, MAX_MTU as u32);
     cfg.num_paths = cfg.num_paths.clamp(1, MAX_PATHS as u8);
     if cfg.peer_num_paths == 0 {
         cfg.peer_num_paths = cfg.num_paths;
@@ -723,7 +723,7 @@ fn init_paths(paths: &mut [Path; MAX_PATHS], cfg: &Config) {
 
 impl Connection {
     /// Creates a connection in RTS (MR-7.1). Out-of-range configuration
-    /// values are clamped (`mtu` to 256..=9000, `num_paths` to 1..=8;
+    /// values are clamped (`mtu` to [`MIN_MTU`]..=[`MAX_MTU`], `num_paths` to 1..=8;
     /// go-back-N forces one path).
     pub fn new(cfg: Config) -> Connection {
         let cfg = normalise(cfg);

@@ -73,14 +73,15 @@ fn exactly_once_across_seeds() {
     }
 }
 
-/// The same guarantees with small and jumbo MTUs, 1 and 8 paths, and the
+/// The same guarantees with small, jumbo and 60 KiB MTUs, 1 and 8 paths, and the
 /// go-back-N comparison profile.
 #[test]
 fn exactly_once_across_configurations() {
     type Tweak = fn(&mut metaroce_proto::Config);
-    let cases: [(&str, Tweak); 5] = [
+    let cases: [(&str, Tweak); 6] = [
         ("mtu 1024", |c| c.mtu = 1024),
         ("mtu 9000", |c| c.mtu = 9000),
+        ("mtu 61440 (virtual link)", |c| c.mtu = 61440),
         ("1 path", |c| c.num_paths = 1),
         ("8 paths", |c| c.num_paths = 8),
         ("go-back-N", |c| c.recovery = Recovery::GoBackN),

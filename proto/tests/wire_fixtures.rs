@@ -268,3 +268,30 @@ fn connection_parameter_block_fixture() {
     };
     assert_eq!(ConnParams::agree(&p, &other), (1024, 8));
 }
+
+#[test]
+fn connection_parameter_block_mtu_range() {
+    // Spec: MR-2.6.1 (256..=65000), MR-7.1.3 (a block outside it is refused).
+    let parse_mtu = |mtu: u16| {
+        let p = ConnParams {
+            version: 1,
+            paths: 4,
+            qpn: 7,
+            initial_tsn: 1,
+            mtu,
+            udp_port: 4792,
+            max_rd_atomic: 4,
+            flags: 0,
+        };
+        let mut buf = [0u8; 24];
+        p.emit(&mut ParamsBlock::new_unchecked(&mut buf[..])).unwrap();
+        ConnParams::parse(&ParamsBlock::new_unchecked(&buf[..])).map(|q| q.mtu)
+    };
+    for ok in [MIN_MTU, 4096, 9000, 9001, 61440, MAX_MTU] {
+        assert_eq!(parse_mtu(ok), Ok(ok), "MTU {ok}");
+    }
+    for bad in [0, 255, 65001, u16::MAX] {
+        assert_eq!(parse_mtu(bad), Err(WireError::Malformed), "MTU {bad}");
+    }
+    assert_eq!((MIN_MTU, MAX_MTU), (256, 65000));
+}

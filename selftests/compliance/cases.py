@@ -1969,7 +1969,7 @@ def connect(T, L_kw, block_kw):
 def t_params(T):
     need(T, "connect")
     for bad in (dict(magic=0x4D53), dict(ver=2), dict(paths=0), dict(paths=9), dict(mtu=255),
-                dict(mtu=9001), dict(rd=0), dict(rd=17), dict(port=0)):
+                dict(mtu=65001), dict(rd=0), dict(rd=17), dict(port=0)):
         try:
             L, r = connect(T, {}, bad)
         except DutError:

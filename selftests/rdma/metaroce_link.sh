@@ -37,7 +37,7 @@ check "modinfo carries the rdma-link-metaroce alias" bash -c "modinfo -F alias '
 check_fails "loading with udp_port=4791 (RoCEv2's port) is refused" mrc_insmod udp_port=4791
 check_fails "loading with num_paths=0 is refused" mrc_insmod num_paths=0
 check_fails "loading with rc_mtu=255 (below MetaRoCE's smallest MTU) is refused" mrc_insmod rc_mtu=255
-check_fails "loading with rc_mtu=9001 (above MetaRoCE's largest MTU) is refused" mrc_insmod rc_mtu=9001
+check_fails "loading with rc_mtu=65001 (above MetaRoCE's largest MTU) is refused" mrc_insmod rc_mtu=65001
 check "module loads with defaults" mrc_insmod
 
 # --- link add / del ---------------------------------------------------------------

@@ -34,7 +34,9 @@ pub use self::ack::{
 pub use self::base::{BaseHeader, BaseRepr, Flags, Opcode, MRH_VERSION};
 pub use self::ext::{ExtIter, Extension, EXT_FLAG_CRITICAL, EXT_MAX_TOTAL, EXT_TYPE_PAD};
 pub use self::packet::{Body, PacketRepr};
-pub use self::params::{ConnParams, ParamsBlock, PARAMS_FLAG_CREDIT, PARAMS_MAGIC};
+pub use self::params::{
+    ConnParams, ParamsBlock, MAX_MTU, MIN_MTU, PARAMS_FLAG_CREDIT, PARAMS_MAGIC,
+};
 pub use self::request::{
     AtomicHeader, AtomicRepr, RequestHeader, RequestRepr, ResponseHeader, ResponseRepr, UdHeader,
     UdRepr,

@@ -22,6 +22,11 @@ use super::{header_view, FieldIo, WireError, MRH_VERSION};
 
 /// Magic number of a parameter block ("MR").
 pub const PARAMS_MAGIC: u16 = 0x4D52;
+/// Smallest MetaRoCE MTU (payload bytes per packet, MR-2.6.1).
+pub const MIN_MTU: u16 = 256;
+/// Largest MetaRoCE MTU (MR-2.6.1): what is left of a 64 KiB IP datagram once
+/// IPv6, UDP and the largest MetaRoCE headers are counted, rounded down.
+pub const MAX_MTU: u16 = 65000;
 /// Flag: the endpoint sends credit hints (MR-8.4.1).
 pub const PARAMS_FLAG_CREDIT: u8 = 0x01;
 
@@ -60,7 +65,7 @@ pub struct ConnParams {
     pub qpn: u32,
     /// Initial TSN this endpoint sends with.
     pub initial_tsn: u32,
-    /// MTU (256..=9000).
+    /// MTU ([`MIN_MTU`]..=[`MAX_MTU`]).
     pub mtu: u16,
     /// UDP port.
     pub udp_port: u16,
@@ -94,7 +99,7 @@ impl ConnParams {
             return Err(WireError::BadVersion);
         }
         if !(1..=8).contains(&p.paths)
-            || !(256..=9000).contains(&p.mtu)
+            || !(MIN_MTU..=MAX_MTU).contains(&p.mtu)
             || p.udp_port == 0
             || !(1..=16).contains(&p.max_rd_atomic)
         {

@@ -205,7 +205,7 @@ impl Net {
             rng: Rng::new(seed),
             eps: Vec::new(),
             qpn_map: HashMap::new(),
-            buf: vec![0; 9200],
+            buf: vec![0; metaroce_proto::connection::MAX_HEADER + metaroce_proto::wire::MAX_MTU as usize],
             delivered_packets: 0,
             ack_return: None,
         }
