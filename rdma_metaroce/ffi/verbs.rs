@@ -517,7 +517,11 @@ unsafe extern "C" fn create_qp_cb(
         // SAFETY: ib_core passes NULL or a live SRQ of this driver, which outlives the
         // QP (ib_core holds a reference while the QP exists).
         let srq_sge = (!init.srq.is_null()).then(|| unsafe { srq(init.srq) }.max_sge());
-        let max_rc_mtu = *crate::module_parameters::rc_mtu.value();
+        // The staging buffer holds the largest packet this device's netdev carries
+        // now; a connection's MTU is cut to it later (`Engine::config_for`), so an
+        // `rc_mtu` larger than the link costs no memory per QP.
+        let netdev_mtu = dev.with_netdev(|n| n.mtu()).unwrap_or(0);
+        let max_rc_mtu = crate::device::rc_mtu_for(*crate::module_parameters::rc_mtu.value(), netdev_mtu);
         let mut e =
             Engine::new(ty, qpn, pd, &caps, sig_all, super::random_u32() as u16, srq_sge, conn, max_rc_mtu)?;
         // A process's QP posts through rings mapped into it, if its provider asks (a

@@ -26,8 +26,13 @@
 # BENCH_CONDS, BENCH_CASES, BENCH_TRANSPORTS, BENCH_QP_PAIRS, BENCH_MP_RATE (per
 # path, tc syntax, empty for none), BENCH_MP_DEGRADE (netem args of the degraded
 # path), BENCH_NUM_PATHS (MetaRoCE's num_paths), BENCH_PARTS (subset of "link mp
-# qpmem"), BENCH_MTU (the one-link veth MTU, default 9000), BENCH_RC_MTU (MetaRoCE's
-# rc_mtu parameter, default 9000; 0 for verbs' path_mtu) override single settings.
+# qpmem"), BENCH_MTU (the one-link veth MTU, default 65535), BENCH_RC_MTU (MetaRoCE's
+# rc_mtu parameter, default 32768; 0 for verbs' path_mtu), BENCH_RPS (receive packet
+# steering on the one-link veths: 1, the default, spreads received packets over every
+# CPU by flow hash, as a NIC's RSS would; 0 leaves them on the transmitting CPU)
+# override single settings. Latency cases always run without RPS: its cross-CPU hop
+# doubles every transport's ib_send_lat under emulation (2026-11-30 measurement in
+# the README).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/../lib/ktap.sh"     # mrc_insmod
@@ -58,8 +63,9 @@ MP_RATE=${BENCH_MP_RATE-20mbit}
 MP_DEGRADE=${BENCH_MP_DEGRADE:-loss 5%}
 NUM_PATHS=${BENCH_NUM_PATHS:-}
 PARTS=${BENCH_PARTS:-"link mp qpmem"}
-LINK_MTU=${BENCH_MTU:-9000}             # MTU of the one-link part's veth pair
-RC_MTU=${BENCH_RC_MTU:-9000}            # MetaRoCE's rc_mtu: packets up to 9000 B where the MTU allows
+LINK_MTU=${BENCH_MTU:-65535}            # MTU of the one-link part's veth pair (veth's largest)
+RC_MTU=${BENCH_RC_MTU:-32768}           # MetaRoCE's rc_mtu: a 64 KiB message in two packets
+RPS=${BENCH_RPS:-1}
 MARGIN=1                                # perftest -f: warm-up and cool-down, seconds
 TMO=$((WINDOW + 120))                   # bound on every process
 PORT=21000
@@ -90,6 +96,7 @@ echo "part,transport,case,cond,repeat,value,p99,unit,cpu_s_per_gb,kcpu_s_per_gb,
     echo "lat_iters=$LAT_ITERS"; echo "conds=$CONDS"; echo "qp_pairs=$QP_PAIRS"
     echo "mp_paths=$NPATHS"; echo "mp_rate=${MP_RATE:-none}"; echo "mp_degrade=$MP_DEGRADE"
     echo "num_paths=${NUM_PATHS:-default}"; echo "link_mtu=$LINK_MTU"; echo "rc_mtu=$RC_MTU"
+    echo "rps=$RPS"
     echo "kernel=$(uname -r)"; echo "cpus=$(nproc)"
     echo "mem_kb=$(awk '/MemTotal/ {print $2}' /proc/meminfo)"
 } > "$OUT/bench-params.txt"   # one key=value a line
@@ -331,11 +338,20 @@ unavailable() { # PART TR CONDS: every cell of the part as unavailable ($WHY)
 }
 
 # --- part 1: one link, every condition ---------------------------------------------------
+link_rps() { # CASE: receive packet steering over every CPU for bandwidth cases if $RPS
+    local mask=0
+    [ "$RPS" = 1 ] && [ "$1" != send_lat ] && mask=$(printf %x $(( (1 << $(nproc)) - 1 )))
+    ip netns exec hostA sh -c "echo $mask > /sys/class/net/veth0/queues/rx-0/rps_cpus"
+    ip netns exec hostB sh -c "echo $mask > /sys/class/net/veth1/queues/rx-0/rps_cpus"
+}
 part_link() {
     local tr cond case rep da db type
     mk_hosts
-    # The same link MTU for every transport: jumbo frames by default (TCP segments
-    # with GSO whatever the MTU; rxe and MetaRoCE then use a 4096-byte IB MTU).
+    # The same link for every transport: veth's largest MTU by default (TCP moves
+    # 64 KiB GSO segments whatever the MTU; rxe's IB MTU stops at 4096; MetaRoCE's
+    # rc_mtu may use it) and, like a NIC's RSS, received packets spread over the
+    # CPUs by flow hash (RPS) rather than all handled on the transmitting CPU, for
+    # the bandwidth cases (link_rps).
     ip -n hostA link set veth0 mtu "$LINK_MTU"
     ip -n hostB link set veth1 mtu "$LINK_MTU"
     ADDR_A=198.18.0.1 ADDR_B=198.18.0.2
@@ -349,6 +365,7 @@ part_link() {
         for cond in $CONDS; do
             set_cond "$cond" || { progress "unknown condition $cond"; continue; }
             for case in $CASES; do
+                link_rps "$case"
                 for rep in $(seq "$REPEATS"); do
                     progress "$tr: $case, $cond, run $rep/$REPEATS"
                     if [ "$tr" = tcp ]; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # experiment: MetaRoCE vs siw vs rxe send latency, alternating, same load
 # Run in the guest: tools/vm --flavour plain -- bash selftests/bench/exp-latency-three-transports.sh
+# LAT_RPS="0 1" alternates receive packet steering off/on (both veths, every CPU).
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 . $HERE/lib/ktap.sh; . $HERE/lib/net.sh
 KO=${METAROCE_KO:-$HERE/../rdma_metaroce.ko}
@@ -29,9 +30,15 @@ t() {
   ip netns exec hostA timeout 60 ib_send_lat -d $da $ca -p $P -F "$@" 198.18.0.2 > /tmp/c.log 2>&1
   wait; echo "== $name $*: $(grep -A1 '#bytes' /tmp/c.log | tail -1)"
 }
+rps() { local m=0; [ "$1" = 1 ] && m=$(printf %x $(( (1 << $(nproc)) - 1 )))
+  ip netns exec hostA sh -c "echo $m > /sys/class/net/veth0/queues/rx-0/rps_cpus"
+  ip netns exec hostB sh -c "echo $m > /sys/class/net/veth1/queues/rx-0/rps_cpus"; echo "== rps $1"; }
 for i in 1 2 3; do
+ for r in ${LAT_RPS:-0}; do
+  rps $r
   t metaroce mrcA mrcB "-x $gb" "-x $ga" -s 8 -n 2000
   t siw siwA siwB "-R --bind_source_ip 198.18.0.2" "-R --bind_source_ip 198.18.0.1" -s 8 -n 2000
   t rxe rxeA rxeB "-x $rb" "-x $ra" -s 8 -n 2000
   t metaroce-cm mrcA mrcB "-R --bind_source_ip 198.18.0.2" "-R --bind_source_ip 198.18.0.1" -s 8 -n 2000
+ done
 done

@@ -1,15 +1,29 @@
 #!/usr/bin/env bash
 # experiment: A/B two module builds on ib_write_bw 64 KiB (1 and 4 QPs), alternating
 # Run in the guest: tools/vm --flavour plain -- env AB_KOS="OLD.ko NEW.ko" bash selftests/bench/exp-transmit-ab.sh
+# AB_MTUS="LINK:RC[:PARAM,PARAM] ..." (default "9000:9000") also alternates veth MTU /
+# rc_mtu pairs, with optional extra module parameters (comma-separated);
+# AB_TCP=1 adds iperf3 on the same link as the reference; AB_RPS=MASK sets both veths'
+# receive packet steering CPU mask first; AB_NETEM="ARGS" puts netem ARGS on both veths.
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 . $HERE/lib/ktap.sh; . $HERE/lib/net.sh
 VB_LOGDIR=/tmp/vb; mkdir -p $VB_LOGDIR
 . $HERE/lib/verbs.sh
 mk_hosts
-for d in "hostA veth0" "hostB veth1"; do set -- $d; ip netns exec $1 ip link set $2 mtu 9000; done
+link_mtu() { ip netns exec hostA ip link set veth0 mtu "$1"; ip netns exec hostB ip link set veth1 mtu "$1"; }
+if [ -n "${AB_RPS:-}" ]; then
+  ip netns exec hostA sh -c "echo $AB_RPS > /sys/class/net/veth0/queues/rx-0/rps_cpus"
+  ip netns exec hostB sh -c "echo $AB_RPS > /sys/class/net/veth1/queues/rx-0/rps_cpus"
+  echo "rps_cpus: $(ip netns exec hostB cat /sys/class/net/veth1/queues/rx-0/rps_cpus)"
+fi
+if [ -n "${AB_NETEM:-}" ]; then
+  ip netns exec hostA tc qdisc add dev veth0 root netem $AB_NETEM
+  ip netns exec hostB tc qdisc add dev veth1 root netem $AB_NETEM
+  echo "netem: $AB_NETEM"
+fi
 P=19000
-run() { # KO QPS
-  KO=$1 mrc_insmod rc_mtu=9000 ${AB_ARGS:-}
+run() { # KO QPS RC_MTU [PARAMS]
+  KO=$1 mrc_insmod rc_mtu="$3" ${4//,/ } ${AB_ARGS:-}
   ip netns exec hostA rdma link add mrcA type metaroce netdev veth0
   ip netns exec hostB rdma link add mrcB type metaroce netdev veth1
   ga=$(vb_gid_index mrcA 198.18.0.1); gb=$(vb_gid_index mrcB 198.18.0.2)
@@ -19,9 +33,21 @@ run() { # KO QPS
   s0=$(head -1 /proc/stat)
   ip netns exec hostA timeout 60 ${AB_TOOL:-ib_write_bw} -d mrcA -x $ga -p $P -F -s 65536 -q $2 -D 5 198.18.0.2 > /tmp/c.log 2>&1
   s1=$(head -1 /proc/stat); wait
-  echo "=== $(basename $1) q$2: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}') $(echo "$s0" "$s1" | awk '{u=$13-$2; s=$15-$4; i=$16-$5; si=$19-$8; t=u+s+i+si+($17-$6)+($18-$7); printf "user %d sys %d softirq %d idle %d", 100*u/t, 100*s/t, 100*si/t, 100*i/t}')"
+  echo "=== $(basename $1) rc_mtu $3 ${4:-} q$2: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}') $(echo "$s0" "$s1" | awk '{u=$13-$2; s=$15-$4; i=$16-$5; si=$19-$8; t=u+s+i+si+($17-$6)+($18-$7); printf "user %d sys %d softirq %d idle %d", 100*u/t, 100*s/t, 100*si/t, 100*i/t}')"
   rdma link del mrcA; rdma link del mrcB; rmmod rdma_metaroce
 }
+tcp() { # iperf3 on the same link, one stream, 5 s
+  P=$((P+1))
+  ip netns exec hostB timeout 30 iperf3 -s -1 -p $P > /dev/null 2>&1 &
+  wait_for 20 vb_tcp_listening hostB $P
+  echo "=== tcp link mtu $1: $(ip netns exec hostA timeout 30 iperf3 -c 198.18.0.2 -p $P -t 5 -f m | awk '/receiver/ {print $7 " Mbit/s"}')"
+  wait
+}
 for i in 1 2 3; do
-  for ko in ${AB_KOS:?AB_KOS="A.ko B.ko": the two module builds to compare}; do run $ko 1; run $ko 4; done
+  for m in ${AB_MTUS:-9000:9000}; do
+    link_mtu "${m%%:*}"
+    rc=${m#*:}; extra=; [ "$rc" != "${rc#*:}" ] && extra=${rc#*:} && rc=${rc%%:*}
+    for ko in ${AB_KOS:?AB_KOS="A.ko B.ko": the two module builds to compare}; do run $ko 1 "$rc" "$extra"; run $ko 4 "$rc" "$extra"; done
+    [ -n "${AB_TCP:-}" ] && tcp "${m%%:*}"
+  done
 done

@@ -144,6 +144,7 @@ def main():
     if lines:
         header = ["test", "link"] + header_tr + header_ratio
         out += [f"One link (veth, MTU {params.get('link_mtu', '1500')}, netem on both ends; "
+                f"RPS {'on for bandwidth' if params.get('rps', '0') == '1' else 'off'}; "
                 f"MetaRoCE rc_mtu={params.get('rc_mtu', '0')}). "
                 "Bandwidth: goodput in Mbit/s, higher is better; "
                 "latency: one-way (RTT/2) in us, lower is better.", ""] + fmt_table(header, lines) + [""]
