@@ -39,6 +39,11 @@ const SRQ_HELD: usize = proto::connection::RQ_DEPTH;
 /// Largest UD payload (the largest IB MTU).
 const UD_MAX_PAYLOAD: u32 = 4096;
 
+/// Largest RC packet built in the staging buffer and copied into an skb of its own
+/// size; a connection whose last packet was larger builds the next in the skb it
+/// leaves in ([`Engine::run_rc`]).
+const SMALL_TX: usize = 1024;
+
 /// Packets one run of the work transmits before yielding to other QPs (it requeues
 /// itself when more are ready).
 const TX_BUDGET: usize = 64;
@@ -271,7 +276,11 @@ pub(crate) struct Engine {
     qkey: u32,
     mtu: u32,
     src_port: u16,
+    /// Staging buffer: UD packets, small RC packets, and any packet whose skb could
+    /// not be allocated.
     tx: KVec<u8>,
+    /// The last RC packet was larger than [`SMALL_TX`]: build the next in its skb.
+    tx_large: bool,
     /// Every send completes visibly (`IB_SIGNAL_ALL_WR`).
     sig_all: bool,
     /// Receives come from an SRQ, one WQE per arriving message ([`take_from_srq`]).
@@ -347,6 +356,7 @@ impl Engine {
             // Dynamic port range (RFC 6335), a random base per QP.
             src_port: 0xC000 | (port_seed & 0x3fff),
             tx: filled(0u8, TX_BUF.max(proto::connection::MAX_HEADER + max_rc_mtu as usize))?,
+            tx_large: false,
             sig_all,
             on_srq: srq_max_sge.is_some(),
             counters: EngineCounters::default(),
@@ -812,7 +822,7 @@ impl Engine {
             return None;
         }
         let mut local_failed = false;
-        let Engine { conn, q, pd, access, counters, remote_gid, tx, .. } = self;
+        let Engine { conn, q, pd, access, counters, remote_gid, tx, tx_large, .. } = self;
         let conn = conn.as_mut()?;
         if rx_drained && conn.poll_timeout().is_some_and(|t| t <= now) {
             conn.handle_timeout(now);
@@ -875,22 +885,32 @@ impl Engine {
             let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters };
             let mut sent = 0;
             let want = conn.max_packet_len();
-            // Each packet is built in the skb it is sent in; the buffer the
-            // connection finally has nothing to put in is freed.
+            // Packets with payload are built in the skb they leave in (no copy);
+            // small ones (ACKs, short messages) in the staging buffer and copied into
+            // an skb of their own size, so that each does not cost an allocation of
+            // the largest packet (an order-4 page block at rc_mtu=32768) that is then
+            // mostly empty. Which kind comes next is guessed from the last one; a
+            // wrong guess costs one copy or one oversized skb, never a packet.
             loop {
-                let ok = match io.tx_buf(want) {
+                let direct = if *tx_large { io.tx_buf(want) } else { None };
+                let ok = match direct {
                     Some(mut buf) => match conn.poll_transmit(now, &mut buf, &mut mem) {
                         Some(t) => (io.transmit_buf(remote_gid, t.src_port, t.ecn, buf, t.len), t.len),
                         None => break,
                     },
-                    // Out of memory: the packet is still built (the connection
-                    // must not wait for memory with timers stopped) and counted as
+                    // A small packet expected, or no memory for a large skb: the packet
+                    // is still built (the connection must not wait for memory with
+                    // timers stopped), and if no skb can hold it either it is counted
                     // lost; loss recovery sends it again.
                     None => match conn.poll_transmit(now, tx, &mut mem) {
-                        Some(t) => (false, t.len),
+                        Some(t) => {
+                            let pkt = tx.get(..t.len).unwrap_or(&[]);
+                            (!pkt.is_empty() && io.transmit(remote_gid, t.src_port, t.ecn, pkt), t.len)
+                        }
                         None => break,
                     },
                 };
+                *tx_large = ok.1 > SMALL_TX;
                 match ok {
                     (true, len) => {
                         mem.counters.tx_packets += 1;

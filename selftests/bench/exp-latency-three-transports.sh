@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # experiment: MetaRoCE vs siw vs rxe send latency, alternating, same load
 # Run in the guest: tools/vm --flavour plain -- bash selftests/bench/exp-latency-three-transports.sh
-# LAT_RPS="0 1" alternates receive packet steering off/on (both veths, every CPU).
+# LAT_RPS="0 1" alternates receive packet steering off/on (both veths, every CPU);
+# LAT_MTU sets both veths' MTU (e.g. 65535 with MRC_ARGS="rc_mtu=32768").
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 . $HERE/lib/ktap.sh; . $HERE/lib/net.sh
 KO=${METAROCE_KO:-$HERE/../rdma_metaroce.ko}
@@ -10,6 +11,7 @@ VB_LOGDIR=/tmp/vb; mkdir -p $VB_LOGDIR
 mrc_insmod $KO ${MRC_ARGS:-}
 modprobe siw; modprobe rdma_rxe
 mk_hosts
+[ -n "${LAT_MTU:-}" ] && ip -n hostA link set veth0 mtu "$LAT_MTU" && ip -n hostB link set veth1 mtu "$LAT_MTU"
 ip netns exec hostA rdma link add mrcA type metaroce netdev veth0
 ip netns exec hostB rdma link add mrcB type metaroce netdev veth1
 ip netns exec hostA rdma link add siwA type siw netdev veth0

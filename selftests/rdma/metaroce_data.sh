@@ -24,43 +24,33 @@ check "load rdma_metaroce" mrc_insmod
 vb_suite
 check "rmmod rdma_metaroce after the suite" rmmod rdma_metaroce
 
-# rc_mtu: RC packets larger than verbs' largest MTU (4096) on a jumbo-frame link,
-# with the data checked end to end.
-vb_links_del; rm_hosts
-check "load rdma_metaroce rc_mtu=9000" mrc_insmod rc_mtu=9000
-mk_hosts
-ip -n hostA link set veth0 mtu 9000; ip -n hostB link set veth1 mtu 9000
-check "rdma link add $VB_DEV_A and $VB_DEV_B on 9000-byte veths" vb_links_add
-check "both devices have their RoCE v2 GID" wait_for 10 vb_find_gids
-vb_find_gids
-vb_pingpong " with rc_mtu=9000 (64 KiB messages)" ibv_rc_pingpong -s 65536
-# One direction only, so that A sends data packets and no ACKs: 64 KiB writes take 8
-# packets of at most 8888 bytes (9000 - 112 of headers), 8 KiB each on average; with
-# verbs' 4096-byte MTU they would take 16 of 4 KiB.
-pk0=$(vb_counter "$VB_DEV_A" tx_packets) by0=$(vb_counter "$VB_DEV_A" tx_bytes)
-vb_perftest " with rc_mtu=9000" ib_write_bw -s 65536
-pk=$(( $(vb_counter "$VB_DEV_A" tx_packets) - pk0 )) by=$(( $(vb_counter "$VB_DEV_A" tx_bytes) - by0 ))
-ktap_diag "$VB_DEV_A sent $pk packets, $by bytes"
-check "its RDMA WRITE packets carried more than 6000 bytes each on average" \
-    test "$pk" -gt 0 -a "$by" -gt $((pk * 6000))
-vb_links_del; rm_hosts
-check "rmmod rdma_metaroce" rmmod rdma_metaroce
-
-# rc_mtu above Ethernet's jumbo frames, on a virtual link whose MTU allows it (MR-2.6.1
+# rc_mtu_case RC_MTU LINK_MTU MIN_AVG: RC packets of up to RC_MTU bytes on veths with
+# LINK_MTU, the data checked end to end, and one ib_write_bw direction (A sends data
+# packets and no ACKs) whose packets must average more than MIN_AVG bytes.
+rc_mtu_case() {
+    local mtu_rc=$1 mtu_link=$2 avg_min=$3 pk0 by0 pk by
+    vb_links_del; rm_hosts
+    check "load rdma_metaroce rc_mtu=$mtu_rc" mrc_insmod rc_mtu="$mtu_rc"
+    mk_hosts
+    ip -n hostA link set veth0 mtu "$mtu_link"; ip -n hostB link set veth1 mtu "$mtu_link"
+    check "rdma link add $VB_DEV_A and $VB_DEV_B on $mtu_link-byte veths" vb_links_add
+    check "both devices have their RoCE v2 GID" wait_for 10 vb_find_gids
+    vb_find_gids
+    vb_pingpong " with rc_mtu=$mtu_rc (64 KiB messages)" ibv_rc_pingpong -s 65536
+    pk0=$(vb_counter "$VB_DEV_A" tx_packets) by0=$(vb_counter "$VB_DEV_A" tx_bytes)
+    vb_perftest " with rc_mtu=$mtu_rc" ib_write_bw -s 65536
+    pk=$(( $(vb_counter "$VB_DEV_A" tx_packets) - pk0 )) by=$(( $(vb_counter "$VB_DEV_A" tx_bytes) - by0 ))
+    ktap_diag "$VB_DEV_A sent $pk packets, $by bytes"
+    check "its RDMA WRITE packets carried more than $avg_min bytes each on average" \
+        test "$pk" -gt 0 -a "$by" -gt $((pk * avg_min))
+    vb_links_del; rm_hosts
+    check "rmmod rdma_metaroce (rc_mtu=$mtu_rc)" rmmod rdma_metaroce
+}
+# Beyond verbs' largest MTU (4096) on a jumbo-frame link: 64 KiB writes take 8 packets
+# of at most 8888 bytes (9000 - 112 of headers), 8 KiB each on average; with verbs'
+# 4096-byte MTU they would take 16 of 4 KiB.
+rc_mtu_case 9000 9000 6000
+# Beyond Ethernet's jumbo frames, on a virtual link whose MTU allows it (MR-2.6.1
 # allows up to 65000): 64 KiB messages travel as two 32 KiB packets.
-check "load rdma_metaroce rc_mtu=32768" mrc_insmod rc_mtu=32768
-mk_hosts
-ip -n hostA link set veth0 mtu 65535; ip -n hostB link set veth1 mtu 65535
-check "rdma link add $VB_DEV_A and $VB_DEV_B on 65535-byte veths" vb_links_add
-check "both devices have their RoCE v2 GID" wait_for 10 vb_find_gids
-vb_find_gids
-vb_pingpong " with rc_mtu=32768 (64 KiB messages)" ibv_rc_pingpong -s 65536
-pk0=$(vb_counter "$VB_DEV_A" tx_packets) by0=$(vb_counter "$VB_DEV_A" tx_bytes)
-vb_perftest " with rc_mtu=32768" ib_write_bw -s 65536
-pk=$(( $(vb_counter "$VB_DEV_A" tx_packets) - pk0 )) by=$(( $(vb_counter "$VB_DEV_A" tx_bytes) - by0 ))
-ktap_diag "$VB_DEV_A sent $pk packets, $by bytes"
-check "its RDMA WRITE packets carried more than 24000 bytes each on average" \
-    test "$pk" -gt 0 -a "$by" -gt $((pk * 24000))
-vb_links_del; rm_hosts
-check "rmmod rdma_metaroce (rc_mtu=32768)" rmmod rdma_metaroce
+rc_mtu_case 32768 65535 24000
 ktap_finish
