@@ -230,6 +230,14 @@ tcp_run() { # PART CASE COND REP
 # perftest converts cycles to time with a CPU clock it calibrates at start; under
 # emulation on a loaded host that calibration sometimes fails (every rate prints as
 # 0), so a run is retried up to three times before it is given up.
+# mrc_counters DEV...: "DEV NAME VALUE" for every port counter of MetaRoCE devices
+# (`rdma statistic` prints a "link DEV/1" line, then one "name value" line each).
+mrc_counters() {
+    local d
+    for d in "$@"; do
+        rdma statistic show link "$d/1" | awk -v d="$d" 'NF == 2 && $2 ~ /^[0-9]+$/ {print d, $1, $2}'
+    done
+}
 # siw is iWARP: perftest connects it through rdma_cm (-R); the others exchange GIDs.
 rdma_run() { # PART TR DEV-A DEV-B CASE COND REP
     local part=$1 tr=$2 da=$3 db=$4 case=$5 cond=$6 rep=$7 log try v p99 args sa ca test cost
@@ -248,10 +256,18 @@ rdma_run() { # PART TR DEV-A DEV-B CASE COND REP
     for try in 1 2 3; do
         PORT=$((PORT + 1))
         log=$OUT/bench-logs/$part-$tr-$case-$cond-r$rep-try$try
+        # MetaRoCE's counters over the run (retransmissions, timeouts, probes...), so
+        # that a slow cell can be told apart: $log.counters, non-zero deltas only.
+        [ "$tr" = metaroce ] && mrc_counters "$da" "$db" > "$log.counters0"
         if ! bw_run "$log" "$test" -d "$db" "${sa[@]}" -p $PORT -F "${args[@]}" -- \
                            "$test" -d "$da" "${ca[@]}" -p $PORT -F "${args[@]}" "$ADDR_B"; then
             row "$part,$tr,$case,$cond,$rep,,,,,,failed,$(grep -m1 -iE 'fail|couldn|error|unable' "$log.client" "$log.server" | cut -d: -f2- | tr -d ',')"
             return
+        fi
+        if [ "$tr" = metaroce ]; then
+            mrc_counters "$da" "$db" | awk 'NR == FNR {was[$1 " " $2] = $3; next}
+                $3 != was[$1 " " $2] {print $1, $2, $3 - was[$1 " " $2]}' "$log.counters0" - > "$log.counters"
+            rm -f "$log.counters0"
         fi
         # The row after the "#bytes" header: BW average (MiB/s) is field 4; for the
         # latency test t_typical (median, us) is field 5 and the 99th percentile field 8.
