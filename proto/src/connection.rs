@@ -367,6 +367,9 @@ struct Path {
     has_rtt: bool,
     cc: PathCc,
     timeouts: u8,
+    /// Packets of this path declared lost through a later packet of another path
+    /// since one of its own was last acknowledged (MR-5.3.3).
+    lost_unseen: u8,
     backoff: u8,
     probe_pending: bool,
     probe_at: u64,
@@ -407,6 +410,7 @@ impl Path {
             has_rtt: false,
             cc: PathCc::new(cwnd),
             timeouts: 0,
+            lost_unseen: 0,
             backoff: 0,
             probe_pending: false,
             probe_at: 0,
@@ -657,6 +661,8 @@ pub struct Connection {
     rr: u8,
     peer_credit: u32,
     last_ack: u64,
+    /// Latest send time of any packet acknowledged so far, on any path (MR-5.3.3).
+    rack_sent: u64,
     last_progress: u64,
     rto_backoff: u8,
     retries: u8,
@@ -750,6 +756,7 @@ impl Connection {
             rr: 0,
             peer_credit: u32::MAX,
             last_ack: 0,
+            rack_sent: 0,
             last_progress: 0,
             rto_backoff: 0,
             retries: 0,
@@ -802,6 +809,7 @@ impl Connection {
         self.rr = 0;
         self.peer_credit = u32::MAX;
         self.last_ack = 0;
+        self.rack_sent = 0;
         self.last_progress = 0;
         self.rto_backoff = 0;
         self.retries = 0;
@@ -1830,7 +1838,9 @@ impl Connection {
         }
         if k.state == S_INFLIGHT {
             self.unlink(t);
+            self.rack_sent = self.rack_sent.max(k.sent);
             let path = &mut self.paths[(k.path as usize) % MAX_PATHS];
+            path.lost_unseen = 0;
             path.inflight = path.inflight.saturating_sub(k.len as u32);
             path.acked_bytes = path.acked_bytes.saturating_add(k.len as u32);
             if (!path.has_acked_psn || seq_lt(path.acked_psn, k.psn))
@@ -1860,18 +1870,39 @@ impl Connection {
         }
         loop {
             let path = &self.paths[q];
-            if path.head == NIL || !path.has_acked_psn {
+            if path.head == NIL {
                 return;
             }
             let k = self.pkts[path.head as usize];
-            let ahead = path.acked_psn.wrapping_sub(k.psn) as i32;
-            if ahead <= 0 {
+            let ahead = if path.has_acked_psn { path.acked_psn.wrapping_sub(k.psn) as i32 } else { 0 };
+            // A later packet of this path was acknowledged, or (once this path has an
+            // RTT) one sent later on any path: with one or two packets in a path's
+            // window, the packet lost is often the last one in flight on its path.
+            if ahead <= 0 && !(path.has_rtt && self.rack_sent > k.sent) {
                 return;
             }
-            let reo = (path.srtt as u64) + (path.srtt as u64) / 4;
-            if ahead as u32 >= DUPTHRESH || now >= k.sent.saturating_add(reo) {
+            // Overtaken only by other paths: allow this path's RTT variation too
+            // (other paths' ACKs say nothing about this one's delay).
+            let reo = if ahead > 0 {
+                (path.srtt as u64) + (path.srtt as u64) / 4
+            } else {
+                (path.srtt as u64 + 4 * path.rttvar as u64).max(path.srtt as u64 + path.srtt as u64 / 4)
+            };
+            if (ahead > 0 && ahead as u32 >= DUPTHRESH) || now >= k.sent.saturating_add(reo) {
                 let t = self.tsn_of(path.head);
                 self.stats.lost_detected += 1;
+                if ahead <= 0 {
+                    // Spec: MR-5.3.3 — a path whose packets keep being overtaken
+                    // by other paths' and none of its own is acknowledged has
+                    // failed (a black hole): treat it as a path timeout (MR-6.3.2).
+                    let p = &mut self.paths[q];
+                    p.lost_unseen = p.lost_unseen.saturating_add(1);
+                    if p.lost_unseen >= 3 {
+                        p.lost_unseen = 0;
+                        self.path_timeout(now, q);
+                        return;
+                    }
+                }
                 self.mark_lost(t);
             } else {
                 return;
@@ -2110,6 +2141,11 @@ impl Connection {
                 t = t.min(k.sent.saturating_add(self.path_rto(q)));
                 if p.has_acked_psn && seq_lt(k.psn, p.acked_psn) {
                     t = t.min(k.sent.saturating_add(p.srtt as u64 + p.srtt as u64 / 4));
+                } else if p.has_rtt && self.rack_sent > k.sent {
+                    // Overtaken only by other paths (the wider window of detect_losses).
+                    let reo = (p.srtt as u64 + 4 * p.rttvar as u64)
+                        .max(p.srtt as u64 + p.srtt as u64 / 4);
+                    t = t.min(k.sent.saturating_add(reo));
                 }
             }
         }
@@ -2798,8 +2834,8 @@ mod size_tests {
         {
             assert_eq!(core::mem::size_of::<MsgSlot>(), 144);
             assert_eq!(core::mem::size_of::<SqEntry>(), 72);
-            assert_eq!(core::mem::size_of::<Path>(), 128);
-            assert_eq!(core::mem::size_of::<Connection>(), 25_560);
+            assert_eq!(core::mem::size_of::<Path>(), 136);
+            assert_eq!(core::mem::size_of::<Connection>(), 25_632);
         }
     }
 }

@@ -152,3 +152,24 @@ fn ack_feedback_follows_the_echo_path_not_the_return_path() {
         );
     }
 }
+
+/// Spec: MR-5.3.3 — with one packet per path window (large packets, small
+/// windows), a lost packet is the last in flight on its path; a later packet
+/// acknowledged on another path exposes it, so losses are repaired without
+/// waiting for path timeouts (which would also reset the path's window).
+#[test]
+fn one_packet_path_windows_recover_losses_without_path_timeouts() {
+    let (r, st) = sim::scenarios::bulk_cfg(10_000, Recovery::Selective, 4, 32 << 20, None, 77, |c| {
+        c.mtu = 32768;
+        c.cc.init_window = 4 * 32768;
+        c.cc.max_window = 32768;
+    });
+    assert!(r.completed, "{r:?}");
+    assert!(st.lost_detected > 0, "no loss detected: {st:?}");
+    assert!(
+        st.path_timeouts * 4 <= st.lost_detected,
+        "path timeouts {} for {} losses detected: {st:?}",
+        st.path_timeouts,
+        st.lost_detected
+    );
+}

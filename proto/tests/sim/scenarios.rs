@@ -53,6 +53,19 @@ pub fn bulk(
     blackhole_at: Option<u64>,
     seed: u64,
 ) -> BulkResult {
+    bulk_cfg(loss_ppm, recovery, paths, total, blackhole_at, seed, |_| {}).0
+}
+
+/// [`bulk`] with a configuration tweak; also returns the sender's statistics.
+pub fn bulk_cfg(
+    loss_ppm: u64,
+    recovery: Recovery,
+    paths: u8,
+    total: u64,
+    blackhole_at: Option<u64>,
+    seed: u64,
+    tweak: impl Fn(&mut Config),
+) -> (BulkResult, metaroce_proto::Stats) {
     const MSG: u32 = 64 << 10;
     let mut n = net(2, seed);
     n.impair_fabric(|l| l.loss_ppm = loss_ppm);
@@ -60,7 +73,11 @@ pub fn bulk(
         n.fabric_link(0, 1).cfg.blackhole_from = Some(t);
         n.fabric_link(1, 1).cfg.blackhole_from = Some(t);
     }
-    let (a, b) = n.connect(0, 1, 0x11, 0x22, cfg_paths(paths, recovery));
+    let base = cfg_paths(paths, recovery);
+    let (a, b) = n.connect(0, 1, 0x11, 0x22, move |c: &mut Config| {
+        base(c);
+        tweak(c);
+    });
     n.eps[b]
         .mem
         .m
@@ -115,7 +132,7 @@ pub fn bulk(
     res.ns = last_done;
     res.completed = done == msgs;
     res.retx = n.eps[a].conn.stats().tx_retx;
-    res
+    (res, *n.eps[a].conn.stats())
 }
 
 #[derive(Debug, Clone, Default)]
