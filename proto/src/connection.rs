@@ -1863,6 +1863,21 @@ impl Connection {
         true
     }
 
+    /// Spec: MR-5.3.3 — how long after it was sent an overtaken packet of path
+    /// `q` is declared lost: 5/4 srtt when a later packet of the same path was
+    /// acknowledged; at least srtt + 4 rttvar when only other paths' were, whose
+    /// acknowledgements say nothing about this path's delay. Shared by loss
+    /// detection and the timer that triggers it.
+    fn rack_window(&self, q: usize, overtaken_on_path: bool) -> u64 {
+        let p = &self.paths[q];
+        let same_path = p.srtt as u64 + p.srtt as u64 / 4;
+        if overtaken_on_path {
+            same_path
+        } else {
+            (p.srtt as u64 + 4 * p.rttvar as u64).max(same_path)
+        }
+    }
+
     /// Spec: MR-5.3.2 (per-path SACK gap) and MR-5.3.3 (time-based).
     fn detect_losses(&mut self, now: u64, q: usize) {
         if self.cfg.recovery != Recovery::Selective {
@@ -1881,13 +1896,7 @@ impl Connection {
             if ahead <= 0 && !(path.has_rtt && self.rack_sent > k.sent) {
                 return;
             }
-            // Overtaken only by other paths: allow this path's RTT variation too
-            // (other paths' ACKs say nothing about this one's delay).
-            let reo = if ahead > 0 {
-                (path.srtt as u64) + (path.srtt as u64) / 4
-            } else {
-                (path.srtt as u64 + 4 * path.rttvar as u64).max(path.srtt as u64 + path.srtt as u64 / 4)
-            };
+            let reo = self.rack_window(q, ahead > 0);
             if (ahead > 0 && ahead as u32 >= DUPTHRESH) || now >= k.sent.saturating_add(reo) {
                 let t = self.tsn_of(path.head);
                 self.stats.lost_detected += 1;
@@ -2139,13 +2148,9 @@ impl Connection {
             if sel && p.head != NIL {
                 let k = &self.pkts[p.head as usize];
                 t = t.min(k.sent.saturating_add(self.path_rto(q)));
-                if p.has_acked_psn && seq_lt(k.psn, p.acked_psn) {
-                    t = t.min(k.sent.saturating_add(p.srtt as u64 + p.srtt as u64 / 4));
-                } else if p.has_rtt && self.rack_sent > k.sent {
-                    // Overtaken only by other paths (the wider window of detect_losses).
-                    let reo = (p.srtt as u64 + 4 * p.rttvar as u64)
-                        .max(p.srtt as u64 + p.srtt as u64 / 4);
-                    t = t.min(k.sent.saturating_add(reo));
+                let on_path = p.has_acked_psn && seq_lt(k.psn, p.acked_psn);
+                if on_path || (p.has_rtt && self.rack_sent > k.sent) {
+                    t = t.min(k.sent.saturating_add(self.rack_window(q, on_path)));
                 }
             }
         }
