@@ -1,7 +1,7 @@
 //! Per-path congestion control (MR-8).
 //!
 //! Window-based, one window per path, driven by three signals: delay (RTT
-//! above `min_rtt + target_qdelay`), ECN (a DCTCP-style marked fraction
+//! above `base_rtt + target_qdelay`), ECN (a DCTCP-style marked fraction
 //! `alpha`), and the receiver's credit hint, which caps the sum of the path
 //! windows (applied by the connection). Increase is coupled across paths:
 //! an ACK for `b` bytes grows its path by `ai * b / total_window`, so a
@@ -11,6 +11,12 @@
 //! retransmission timeout collapses a path window.
 //!
 //! All arithmetic is integer: fractions are Q16 (65536 = 1.0).
+//!
+//! The delay signal is measured against a path's *base RTT* ([`BaseRtt`]), a low
+//! percentile of its RTT samples rather than their minimum: a few packets that
+//! take a faster way (a reordering link lets some skip a delay) would otherwise
+//! set a minimum the other 99% never come near, and every sample would read as
+//! queueing.
 
 /// Congestion-control parameters (MR-8.6.1, defaults in the spec table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +51,66 @@ impl Default for CcConfig {
     }
 }
 
+/// Rank of the sample a run's base RTT estimate is (the 8th smallest).
+pub const BASE_RTT_RANK: usize = 8;
+/// Samples in one run of the base RTT estimate.
+pub const BASE_RTT_RUN: u8 = 64;
+
+/// Spec: MR-5.5.1 — the base RTT of a path (40 bytes).
+///
+/// Until the first run of [`BASE_RTT_RUN`] samples completes it is the smallest
+/// sample; from then on it is the smallest, over the completed runs, of each run's
+/// [`BASE_RTT_RANK`]th smallest sample. Fewer than that many fast samples in a run
+/// (1% of packets skipping a delay puts 0.64 in a run on average; 8 or more happen
+/// with probability below 1e-6) cannot lower it; it never rises, as a standing
+/// queue would otherwise become part of it (a repathed route starts a new one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BaseRtt {
+    value: u32,
+    /// The smallest samples of the current run, ascending; `u32::MAX` fills the rest.
+    lows: [u32; BASE_RTT_RANK],
+    /// Samples taken in the current run.
+    taken: u8,
+    /// A run has completed (the value is a run estimate, not the smallest sample).
+    settled: bool,
+}
+
+impl BaseRtt {
+    /// A path's estimate from its first sample.
+    pub const fn new(first: u32) -> Self {
+        let mut lows = [u32::MAX; BASE_RTT_RANK];
+        lows[0] = first;
+        BaseRtt { value: first, lows, taken: 1, settled: false }
+    }
+
+    /// The base RTT (ns).
+    pub const fn get(&self) -> u32 {
+        self.value
+    }
+
+    /// Takes one RTT sample (ns). O(`BASE_RTT_RANK`).
+    pub fn sample(&mut self, rtt: u32) {
+        // Keep the run's smallest samples sorted: insert, dropping the largest.
+        let mut v = rtt;
+        for slot in self.lows.iter_mut() {
+            if v < *slot {
+                core::mem::swap(slot, &mut v);
+            }
+        }
+        self.taken = self.taken.saturating_add(1);
+        if !self.settled {
+            self.value = self.value.min(rtt);
+        }
+        if self.taken >= BASE_RTT_RUN {
+            let estimate = self.lows[BASE_RTT_RANK - 1];
+            self.value = if self.settled { self.value.min(estimate) } else { estimate };
+            self.settled = true;
+            self.lows = [u32::MAX; BASE_RTT_RANK];
+            self.taken = 0;
+        }
+    }
+}
+
 /// Congestion state of one path (16 bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PathCc {
@@ -65,8 +131,8 @@ pub struct AckSignal {
     pub rtt_ns: Option<u32>,
     /// Smoothed RTT of the path (ns).
     pub srtt_ns: u32,
-    /// Minimum RTT of the path (ns).
-    pub min_rtt_ns: u32,
+    /// Base RTT of the path (ns, [`BaseRtt`]).
+    pub base_rtt_ns: u32,
     /// CE-marked packets reported.
     pub ce: u16,
     /// Packets reported.
@@ -96,7 +162,7 @@ impl PathCc {
                 .min(65_536) as u32;
         }
         let can_decrease = now_ns.saturating_sub(self.last_decrease) >= s.srtt_ns as u64;
-        let target = s.min_rtt_ns as u64 + cfg.target_qdelay_ns as u64;
+        let target = s.base_rtt_ns as u64 + cfg.target_qdelay_ns as u64;
         let rtt = s.rtt_ns.map(|r| r as u64);
         let cwnd = self.cwnd as u64;
         if s.ce > 0 {
@@ -130,5 +196,47 @@ impl PathCc {
 
     fn clamp(&mut self, cfg: &CcConfig, min_cwnd: u32) {
         self.cwnd = self.cwnd.clamp(min_cwnd, cfg.max_window.max(min_cwnd));
+    }
+}
+
+#[cfg(test)]
+mod base_rtt_tests {
+    use super::*;
+
+    #[test]
+    fn before_a_run_completes_it_is_the_smallest_sample() {
+        let mut b = BaseRtt::new(500);
+        for r in [700, 300, 900] {
+            b.sample(r);
+        }
+        assert_eq!(b.get(), 300);
+    }
+
+    #[test]
+    fn fewer_fast_samples_than_the_rank_do_not_lower_it() {
+        // Spec: MR-5.5.1 — 6 or 7 fast samples in every run of 64.
+        let mut b = BaseRtt::new(2_000);
+        for i in 1..(10 * BASE_RTT_RUN as u32) {
+            b.sample(if i % 10 == 0 { 1_000 } else { 2_000 + i % 50 });
+        }
+        assert!(b.get() >= 2_000, "{}", b.get());
+    }
+
+    #[test]
+    fn a_run_with_as_many_fast_samples_as_the_rank_lowers_it_for_good() {
+        let mut b = BaseRtt::new(2_000);
+        for _ in 1..BASE_RTT_RUN {
+            b.sample(2_000);
+        }
+        assert_eq!(b.get(), 2_000);
+        for i in 0..BASE_RTT_RUN as usize {
+            b.sample(if i < BASE_RTT_RANK { 1_000 } else { 2_000 });
+        }
+        assert_eq!(b.get(), 1_000);
+        // It never rises (a standing queue must not become part of it).
+        for _ in 0..4 * BASE_RTT_RUN as usize {
+            b.sample(5_000);
+        }
+        assert_eq!(b.get(), 1_000);
     }
 }

@@ -14,7 +14,7 @@
 //! window). No allocation happens anywhere: the whole state is the fixed
 //! size reported by `size_of::<Connection>()` (spec MR-10.3).
 
-use super::cc::{AckSignal, CcConfig, PathCc};
+use super::cc::{AckSignal, BaseRtt, CcConfig, PathCc};
 use super::sack::Bits256;
 use super::time::{Duration, Instant};
 use super::verbs::{
@@ -49,6 +49,11 @@ pub const CQ_DEPTH: usize = SQ_DEPTH + RQ_DEPTH;
 pub const TAIL_STASH: usize = 64;
 /// Per-path reordering threshold in packets (MR-5.3.2).
 pub const DUPTHRESH: u32 = 3;
+/// Largest reordering window, in quarters of a path's srtt (MR-5.3.6).
+pub const REO_MULT_MAX: u8 = 4;
+/// Losses declared without a duplicate reported after which the reordering
+/// window shrinks by one quarter (MR-5.3.6).
+pub const REO_QUIET_LOSSES: u8 = 16;
 /// Largest message (2^31 bytes, as in verbs).
 pub const MAX_MSG: u32 = 1 << 31;
 /// Length of a PROBE on the wire: padded to the size of its ACK reply
@@ -363,7 +368,9 @@ struct Path {
     inflight: u32,
     srtt: u32,
     rttvar: u32,
-    min_rtt: u32,
+    base_rtt: BaseRtt,
+    /// Echo PSN of the ACK that gave the latest RTT sample (MR-5.5.1).
+    rtt_echo_psn: u32,
     has_rtt: bool,
     cc: PathCc,
     timeouts: u8,
@@ -406,7 +413,8 @@ impl Path {
             inflight: 0,
             srtt: rtt,
             rttvar: rtt / 2,
-            min_rtt: rtt,
+            base_rtt: BaseRtt::new(rtt),
+            rtt_echo_psn: 0,
             has_rtt: false,
             cc: PathCc::new(cwnd),
             timeouts: 0,
@@ -663,6 +671,12 @@ pub struct Connection {
     last_ack: u64,
     /// Latest send time of any packet acknowledged so far, on any path (MR-5.3.3).
     rack_sent: u64,
+    /// How far packets have been seen to overtake others on one path, in quarters
+    /// of its srtt (0: no reordering seen; MR-5.3.6), and when it last grew.
+    reo_mult: u8,
+    reo_grown_at: u64,
+    /// Losses declared since the window last grew (MR-5.3.6).
+    reo_losses: u8,
     last_progress: u64,
     rto_backoff: u8,
     retries: u8,
@@ -757,6 +771,9 @@ impl Connection {
             peer_credit: u32::MAX,
             last_ack: 0,
             rack_sent: 0,
+            reo_mult: 0,
+            reo_grown_at: 0,
+            reo_losses: 0,
             last_progress: 0,
             rto_backoff: 0,
             retries: 0,
@@ -810,6 +827,9 @@ impl Connection {
         self.peer_credit = u32::MAX;
         self.last_ack = 0;
         self.rack_sent = 0;
+        self.reo_mult = 0;
+        self.reo_grown_at = 0;
+        self.reo_losses = 0;
         self.last_progress = 0;
         self.rto_backoff = 0;
         self.retries = 0;
@@ -1585,9 +1605,14 @@ impl Connection {
         let e = (a.echo_path as usize) % MAX_PATHS;
         self.last_ack = now;
         let syn = a.syndrome.unwrap_or(Syndrome::Ack);
-        // RTT sample from the echoed timestamp (MR-5.5.1).
+        // RTT sample from the echoed timestamp (MR-5.5.1), once per echoed packet:
+        // ACKs sent as older packets arrive late echo the same (newest) one again.
         let fresh = a.rcv_count > 0 || a.flags & ACK_FLAG_PROBE != 0;
-        let rtt = if fresh {
+        let echo_is_new = {
+            let path = &self.paths[e];
+            !path.has_rtt || seq_lt(path.rtt_echo_psn, a.echo_psn)
+        };
+        let rtt = if fresh && (echo_is_new || a.flags & ACK_FLAG_PROBE != 0) {
             let r = (now as u32)
                 .wrapping_sub(a.echo_ts)
                 .wrapping_sub(a.ack_delay);
@@ -1601,18 +1626,21 @@ impl Connection {
         };
         if let Some(r) = rtt {
             let path = &mut self.paths[e];
+            path.rtt_echo_psn = a.echo_psn;
             if !path.has_rtt {
                 path.has_rtt = true;
                 path.srtt = r;
                 path.rttvar = r / 2;
-                path.min_rtt = r;
+                // A new route (or the first sample) starts a new estimate.
+                path.base_rtt = BaseRtt::new(r);
             } else {
                 let err = path.srtt.abs_diff(r);
                 path.rttvar = path.rttvar - path.rttvar / 4 + err / 4;
                 path.srtt = path.srtt - path.srtt / 8 + r / 8;
-                path.min_rtt = path.min_rtt.min(r);
+                path.base_rtt.sample(r);
             }
         }
+        self.adapt_reordering(now, a.flags & ACK_FLAG_DUP != 0);
         if fresh {
             // Spec: MR-6.3.3 — a path that delivers is healthy again.
             let path = &mut self.paths[e];
@@ -1687,7 +1715,7 @@ impl Connection {
                 acked_bytes: path.acked_bytes,
                 rtt_ns: if is_echo { rtt } else { None },
                 srtt_ns: path.srtt,
-                min_rtt_ns: path.min_rtt,
+                base_rtt_ns: path.base_rtt.get(),
                 ce: if is_echo { a.ce_count } else { 0 },
                 rcvd: if is_echo { a.rcv_count } else { 0 },
                 total_cwnd: total.max(min_cwnd),
@@ -1773,7 +1801,7 @@ impl Connection {
     /// Spec: MR-6.3.1, MR-6.3.4 — path scoring and repathing away from a
     /// persistently congested path while other paths are healthy. A path is
     /// *hot* when its ECN fraction exceeds 1/2, or when both its smoothed RTT
-    /// exceeds the best path's minimum RTT by more than `target_qdelay` and
+    /// exceeds the best path's base RTT by more than `target_qdelay` and
     /// its window is below a quarter of the other paths' mean window; it is
     /// repathed after
     /// staying hot for 16 of its RTTs, at most once per 64 RTTs. O(paths).
@@ -1783,7 +1811,7 @@ impl Connection {
         let best = self.paths[..n]
             .iter()
             .filter(|x| x.status == PathStatus::Active && x.has_rtt)
-            .map(|x| x.min_rtt as u64)
+            .map(|x| x.base_rtt.get() as u64)
             .min()
             .unwrap_or(0)
             .max(1);
@@ -1863,14 +1891,49 @@ impl Connection {
         true
     }
 
+    /// Spec: MR-5.3.6 — a duplicate reported by the peer means a packet declared
+    /// lost was only overtaken: widen the reordering window by a quarter srtt (at
+    /// most once per round trip, up to [`REO_MULT_MAX`]).
+    fn adapt_reordering(&mut self, now: u64, duplicate: bool) {
+        if !duplicate {
+            return;
+        }
+        let srtt = self.paths[..self.cfg.num_paths as usize]
+            .iter()
+            .map(|p| p.srtt as u64)
+            .max()
+            .unwrap_or(0);
+        if self.reo_mult == 0 || now >= self.reo_grown_at.saturating_add(srtt) {
+            self.reo_mult = (self.reo_mult + 1).min(REO_MULT_MAX);
+            self.reo_grown_at = now;
+            self.reo_losses = 0;
+        }
+    }
+
+    /// Spec: MR-5.3.6 — after [`REO_QUIET_LOSSES`] losses declared with no
+    /// duplicate reported in between, narrow the reordering window by a quarter.
+    fn count_loss_for_reordering(&mut self) {
+        if self.reo_mult == 0 {
+            return;
+        }
+        self.reo_losses = self.reo_losses.saturating_add(1);
+        if self.reo_losses >= REO_QUIET_LOSSES {
+            self.reo_mult -= 1;
+            self.reo_losses = 0;
+        }
+    }
+
     /// Spec: MR-5.3.3 — how long after it was sent an overtaken packet of path
-    /// `q` is declared lost: 5/4 srtt when a later packet of the same path was
+    /// `q` is declared lost: srtt + reo (5/4 srtt until reordering is seen, up to
+    /// 2 srtt, MR-5.3.6) when a later packet of the same path was
     /// acknowledged; at least srtt + 4 rttvar when only other paths' were, whose
     /// acknowledgements say nothing about this path's delay. Shared by loss
     /// detection and the timer that triggers it.
     fn rack_window(&self, q: usize, overtaken_on_path: bool) -> u64 {
         let p = &self.paths[q];
-        let same_path = p.srtt as u64 + p.srtt as u64 / 4;
+        // Spec: MR-5.3.6 — reordering seen widens it, up to 2 srtt.
+        let quarters = self.reo_mult.clamp(1, REO_MULT_MAX) as u64;
+        let same_path = p.srtt as u64 + p.srtt as u64 / 4 * quarters;
         if overtaken_on_path {
             same_path
         } else {
@@ -1897,9 +1960,13 @@ impl Connection {
                 return;
             }
             let reo = self.rack_window(q, ahead > 0);
-            if (ahead > 0 && ahead as u32 >= DUPTHRESH) || now >= k.sent.saturating_add(reo) {
+            // Spec: MR-5.3.2 — the PSN gap alone counts only while no reordering
+            // has been seen (MR-5.3.6); then the time rule decides.
+            let gap = ahead > 0 && ahead as u32 >= DUPTHRESH && self.reo_mult == 0;
+            if gap || now >= k.sent.saturating_add(reo) {
                 let t = self.tsn_of(path.head);
                 self.stats.lost_detected += 1;
+                self.count_loss_for_reordering();
                 if ahead <= 0 {
                     // Spec: MR-5.3.3 — a path whose packets keep being overtaken
                     // by other paths' and none of its own is acknowledged has
@@ -2839,8 +2906,8 @@ mod size_tests {
         {
             assert_eq!(core::mem::size_of::<MsgSlot>(), 144);
             assert_eq!(core::mem::size_of::<SqEntry>(), 72);
-            assert_eq!(core::mem::size_of::<Path>(), 136);
-            assert_eq!(core::mem::size_of::<Connection>(), 25_632);
+            assert_eq!(core::mem::size_of::<Path>(), 176);
+            assert_eq!(core::mem::size_of::<Connection>(), 25_960);
         }
     }
 }

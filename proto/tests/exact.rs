@@ -78,7 +78,7 @@ fn rtt_equal_to_the_target_is_not_congestion() {
         acked_bytes: 4096,
         rtt_ns: Some(rtt),
         srtt_ns: 10_000,
-        min_rtt_ns: 10_000,
+        base_rtt_ns: 10_000,
         ce: 0,
         rcvd: 1,
         total_cwnd: 65_536,

@@ -60,7 +60,12 @@ fn repaths_away_from_a_hot_link() {
     let on = hotspot(true, 4_000_000, 31);
     println!("hotspot without repath: {off:?}\nhotspot with repath:    {on:?}");
     assert!(on.congestion_repaths >= 1, "{on:?}");
-    assert!(on.cross_gbps > off.cross_gbps, "{on:?} vs {off:?}");
+    // With the base RTT of MR-5.5.1 (a low percentile, not the minimum) the
+    // per-path windows alone already leave the cross flow its full rate on the
+    // hot link (95.94 Gbit/s either way; with the minimum RTT, 95.68 without
+    // repathing and 96.73 with): repathing must not cost it anything.
+    assert!(on.cross_gbps >= off.cross_gbps, "{on:?} vs {off:?}");
+    assert!(on.cross_gbps >= 95.0, "{on:?}");
 }
 
 /// Exactly-once and ordering across many seeds and impairment mixes.
@@ -171,5 +176,43 @@ fn one_packet_path_windows_recover_losses_without_path_timeouts() {
         "path timeouts {} for {} losses detected: {st:?}",
         st.path_timeouts,
         st.lost_detected
+    );
+}
+
+/// Spec: MR-5.5.1, MR-8.3.3, MR-5.3.6 — a link that lets 1% of packets skip its
+/// delay (netem `delay 200us reorder 1%`) gives a few RTT samples far below the
+/// rest and packets that overtake others on their path. The delay signal is
+/// measured from the base RTT, a low percentile those few samples cannot set, and
+/// an echoed packet gives one sample however many late ACKs repeat it; duplicates
+/// the peer reports switch the PSN-gap rule off and widen the reordering window.
+/// Before these, this run kept 6% of the throughput it has over the same delay
+/// without the fast packets (0.54 of 8.39 Gbit/s, 725 spurious retransmissions);
+/// with them 60% (11 retransmissions). The rest is not explained yet, so the bar
+/// is half.
+#[test]
+fn a_few_fast_packets_do_not_set_the_base_rtt() {
+    let run = |skip_ppm: u64| {
+        sim::scenarios::bulk_over(
+            |l| {
+                l.delay_ns = 200_000;
+                l.skip_delay_ppm = skip_ppm;
+            },
+            Recovery::Selective,
+            4,
+            64 << 20,
+            None,
+            91,
+            |c| c.initial_rtt = metaroce_proto::Duration::from_micros(500),
+        )
+    };
+    let (steady, _) = run(0);
+    let (skipping, st) = run(10_000);
+    assert!(steady.completed && skipping.completed, "{steady:?} {skipping:?}");
+    assert!(st.tx_retx * 100 <= st.tx_data, "spurious retransmissions: {st:?}");
+    assert!(
+        skipping.gbps() >= 0.5 * steady.gbps(),
+        "{:.2} Gbit/s with 1% of packets skipping the delay, {:.2} without: {st:?}",
+        skipping.gbps(),
+        steady.gbps()
     );
 }

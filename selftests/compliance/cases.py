@@ -1176,6 +1176,36 @@ def t_rack(T):
               "(path RTO floor 200 ms)")
 
 
+@case("MR-5.3.6 MR-5.3.2 MR-5.5.1",
+      "after an ACK reports a duplicate, a PSN gap alone no longer declares a loss")
+def t_dup_ends_gap_rule(T):
+    # Echo timestamps 400 ms in the past make srtt about 400 ms, so the time rule
+    # (MR-5.3.3) cannot fire within the 150 ms looked at: only the gap rule can.
+    old = 400_000_000
+
+    def gap_after(dup):
+        with link(T, paths=1, init_window=AtLeast(8 * 1024), initial_rtt_us=200000) as L:
+            post(T, L, 1, "write", len=6 * 1024, va=0, rkey=1)
+            rx = collect(L, 6, 1.0, first_tx)
+            check(len(rx) == 6, "got %d of 6 packets", len(rx))
+            rx.sort(key=lambda r: (r.p.tsn - L.dtsn0) & 0xFFFFFFFF)
+            ts = lambda r: (r.p.ts - old) & 0xFFFFFFFF
+            L.ack((rx[0].p.tsn + 1) & 0xFFFFFFFF, path=0, echo_psn=rx[0].p.psn,
+                  echo_ts=ts(rx[0]), rcv=1, flags=M.AF_DUP if dup else 0)
+            L.ack((rx[0].p.tsn + 1) & 0xFFFFFFFF, [rx[4].p.tsn, rx[5].p.tsn], path=0,
+                  echo_psn=rx[5].p.psn, echo_ts=ts(rx[5]), rcv=2)
+            re = [r for r in L.silent(0.15) if data_pred(r)]
+            ack_all(L, rx + re, 1)
+            T.dut.wait_cq(L.dqpn, 1, 1000)
+            return sorted({r.p.tsn for r in re} & {rx[1].p.tsn, rx[2].p.tsn, rx[3].p.tsn})
+
+    without = gap_after(False)
+    check(without, "control: no retransmission for a PSN gap of 3 without a DUP report")
+    after_dup = gap_after(True)
+    check(not after_dup, "TSNs %s retransmitted on a PSN gap after the peer reported a "
+          "duplicate (only the time rule may declare losses then)", after_dup)
+
+
 @case("MR-5.2.3 MR-9.3.1", "an ACK for TSNs never sent is ignored")
 def t_ack_future_ignored(T):
     with link(T) as L:
@@ -1703,7 +1733,7 @@ def t_cc_ecn(T):
 
 
 @case("MR-8.3.3 MR-8.2.1 MR-5.5.1",
-      "rising delay (echoed RTT above min_rtt + target) cuts the window by at most max_mdf")
+      "rising delay (echoed RTT above base_rtt + target) cuts the window by at most max_mdf")
 def t_cc_delay(T):
     with link(T, target_qdelay_us=10000, **CC_CONF) as L:
         post(T, L, 1, "write", len=400 * 1024, va=0, rkey=1)
@@ -1712,7 +1742,7 @@ def t_cc_delay(T):
         for r in rx:
             R.take(r)
         for p in (0, 1):
-            R.ack_path(p, msn=0)               # clean RTT samples: min_rtt
+            R.ack_path(p, msn=0)               # clean RTT samples: base_rtt
         rx, per = burst(L)
         before = cwnds(T, L)
         for r in rx:

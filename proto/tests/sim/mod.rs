@@ -23,6 +23,9 @@ pub struct LinkCfg {
     pub dup_ppm: u64,
     pub reorder_ppm: u64,
     pub reorder_ns: u64,
+    /// This many ppm of the packets skip the link's delay (netem's `delay D
+    /// reorder P`: a few packets overtake the rest by the whole delay).
+    pub skip_delay_ppm: u64,
     pub blackhole_from: Option<u64>,
     /// Marks CE on this many ppm of the packets regardless of the queue.
     pub ce_ppm: u64,
@@ -39,6 +42,7 @@ impl LinkCfg {
             dup_ppm: 0,
             reorder_ppm: 0,
             reorder_ns: 0,
+            skip_delay_ppm: 0,
             blackhole_from: None,
             ce_ppm: 0,
         }
@@ -265,7 +269,7 @@ impl Net {
         let li = pkt.route[pkt.hop];
         let now = self.now;
         let size = pkt.bytes.len();
-        let (loss, dup, reo, reo_ns, black, ce_ppm) = {
+        let (loss, dup, reo, reo_ns, black, ce_ppm, skip) = {
             let l = &self.links[li];
             (
                 l.cfg.loss_ppm,
@@ -274,8 +278,10 @@ impl Net {
                 l.cfg.reorder_ns,
                 l.cfg.blackhole_from,
                 l.cfg.ce_ppm,
+                l.cfg.skip_delay_ppm,
             )
         };
+        let skip_delay = skip > 0 && self.rng.chance_ppm(skip);
         let force_ce = ce_ppm > 0 && self.rng.chance_ppm(ce_ppm);
         if black.map(|t| now >= t).unwrap_or(false) || (loss > 0 && self.rng.chance_ppm(loss)) {
             self.links[li].drops += 1;
@@ -302,7 +308,8 @@ impl Net {
         l.bytes += size as u64;
         let start = l.busy_until.max(now);
         l.busy_until = start + l.ser_ns(size);
-        let arrive = l.busy_until + l.cfg.delay_ns + extra;
+        let delay = if skip_delay { 0 } else { l.cfg.delay_ns };
+        let arrive = l.busy_until + delay + extra;
         pkt.hop += 1;
         if duplicate {
             let copy = Pkt {

@@ -66,9 +66,22 @@ pub fn bulk_cfg(
     seed: u64,
     tweak: impl Fn(&mut Config),
 ) -> (BulkResult, metaroce_proto::Stats) {
+    bulk_over(|l| l.loss_ppm = loss_ppm, recovery, paths, total, blackhole_at, seed, tweak)
+}
+
+/// [`bulk_cfg`] over fabric links that `impair` sets up (loss, delay, reordering).
+pub fn bulk_over(
+    impair: impl Fn(&mut LinkCfg),
+    recovery: Recovery,
+    paths: u8,
+    total: u64,
+    blackhole_at: Option<u64>,
+    seed: u64,
+    tweak: impl Fn(&mut Config),
+) -> (BulkResult, metaroce_proto::Stats) {
     const MSG: u32 = 64 << 10;
     let mut n = net(2, seed);
-    n.impair_fabric(|l| l.loss_ppm = loss_ppm);
+    n.impair_fabric(impair);
     if let Some(t) = blackhole_at {
         n.fabric_link(0, 1).cfg.blackhole_from = Some(t);
         n.fabric_link(1, 1).cfg.blackhole_from = Some(t);
