@@ -164,7 +164,7 @@ fn ack_feedback_follows_the_echo_path_not_the_return_path() {
 /// waiting for path timeouts (which would also reset the path's window).
 #[test]
 fn one_packet_path_windows_recover_losses_without_path_timeouts() {
-    let (r, st) = sim::scenarios::bulk_cfg(10_000, Recovery::Selective, 4, 32 << 20, None, 77, |c| {
+    let (r, st) = sim::scenarios::bulk_over(|l| l.loss_ppm = 10_000, Recovery::Selective, 4, 32 << 20, None, 77, |c| {
         c.mtu = 32768;
         c.cc.init_window = 4 * 32768;
         c.cc.max_window = 32768;

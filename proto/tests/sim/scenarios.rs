@@ -53,23 +53,11 @@ pub fn bulk(
     blackhole_at: Option<u64>,
     seed: u64,
 ) -> BulkResult {
-    bulk_cfg(loss_ppm, recovery, paths, total, blackhole_at, seed, |_| {}).0
+    bulk_over(|l| l.loss_ppm = loss_ppm, recovery, paths, total, blackhole_at, seed, |_| {}).0
 }
 
-/// [`bulk`] with a configuration tweak; also returns the sender's statistics.
-pub fn bulk_cfg(
-    loss_ppm: u64,
-    recovery: Recovery,
-    paths: u8,
-    total: u64,
-    blackhole_at: Option<u64>,
-    seed: u64,
-    tweak: impl Fn(&mut Config),
-) -> (BulkResult, metaroce_proto::Stats) {
-    bulk_over(|l| l.loss_ppm = loss_ppm, recovery, paths, total, blackhole_at, seed, tweak)
-}
-
-/// [`bulk_cfg`] over fabric links that `impair` sets up (loss, delay, reordering).
+/// [`bulk`] over fabric links that `impair` sets up (loss, delay, reordering), with
+/// a configuration tweak; also returns the sender's statistics.
 pub fn bulk_over(
     impair: impl Fn(&mut LinkCfg),
     recovery: Recovery,
