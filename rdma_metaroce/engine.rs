@@ -821,6 +821,10 @@ impl Engine {
             self.flush_unfed(io);
             return None;
         }
+        // Completions the datagrams just handed in produced go out before this run
+        // transmits: the process polling for them (the other half of a ping-pong)
+        // goes on while the ACK and the next packets are built and sent.
+        self.retire_ready(io);
         let mut local_failed = false;
         let Engine { conn, q, pd, access, counters, remote_gid, tx, tx_large, .. } = self;
         let conn = conn.as_mut()?;
@@ -925,12 +929,9 @@ impl Engine {
                 }
             }
         }
-        while let Some(c) = conn.poll_completion() {
-            Self::record(q, c);
-        }
         let dead = conn.state() == proto::QpState::Error;
         let next = conn.poll_timeout();
-        self.retire(io);
+        self.retire_ready(io);
         // A failed memory operation is a local protection error: the QP goes to
         // the error state and later work is flushed.
         if local_failed && !self.errored {
@@ -966,6 +967,16 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Takes the connection's completions and delivers what is finished.
+    fn retire_ready(&mut self, io: &mut impl Io) {
+        if let Some(conn) = self.conn.as_mut() {
+            while let Some(c) = conn.poll_completion() {
+                Self::record(&mut self.q, c);
+            }
+        }
+        self.retire(io);
     }
 
     /// Delivers finished work in posting order.

@@ -1605,14 +1605,15 @@ impl Connection {
         let e = (a.echo_path as usize) % MAX_PATHS;
         self.last_ack = now;
         let syn = a.syndrome.unwrap_or(Syndrome::Ack);
-        // RTT sample from the echoed timestamp (MR-5.5.1), once per echoed packet:
-        // ACKs sent as older packets arrive late echo the same (newest) one again.
+        // RTT sample from the echoed timestamp (MR-5.5.1); the base RTT takes one
+        // per echoed packet (ACKs sent as older packets arrive late echo the same,
+        // newest, one again).
         let fresh = a.rcv_count > 0 || a.flags & ACK_FLAG_PROBE != 0;
         let echo_is_new = {
             let path = &self.paths[e];
             !path.has_rtt || seq_lt(path.rtt_echo_psn, a.echo_psn)
         };
-        let rtt = if fresh && (echo_is_new || a.flags & ACK_FLAG_PROBE != 0) {
+        let rtt = if fresh {
             let r = (now as u32)
                 .wrapping_sub(a.echo_ts)
                 .wrapping_sub(a.ack_delay);
@@ -1626,7 +1627,6 @@ impl Connection {
         };
         if let Some(r) = rtt {
             let path = &mut self.paths[e];
-            path.rtt_echo_psn = a.echo_psn;
             if !path.has_rtt {
                 path.has_rtt = true;
                 path.srtt = r;
@@ -1637,7 +1637,14 @@ impl Connection {
                 let err = path.srtt.abs_diff(r);
                 path.rttvar = path.rttvar - path.rttvar / 4 + err / 4;
                 path.srtt = path.srtt - path.srtt / 8 + r / 8;
-                path.base_rtt.sample(r);
+                // The base RTT takes one sample per echoed packet; later ACKs
+                // repeating the echo still say how the ACK path is doing now.
+                if echo_is_new {
+                    path.base_rtt.sample(r);
+                }
+            }
+            if echo_is_new {
+                path.rtt_echo_psn = a.echo_psn;
             }
         }
         self.adapt_reordering(now, a.flags & ACK_FLAG_DUP != 0);
