@@ -22,25 +22,16 @@ wait_for 10 vb_gid_index mrcA 198.18.0.1; wait_for 10 vb_gid_index rxeA 198.18.0
 ga=$(vb_gid_index mrcA 198.18.0.1); gb=$(vb_gid_index mrcB 198.18.0.2)
 ra=$(vb_gid_index rxeA 198.18.0.1); rb=$(vb_gid_index rxeB 198.18.0.2)
 P=19000
-cm_listening() { rdma resource show cm_id 2>/dev/null | grep -q "LISTEN.*:$2 "; }
-t() {
-  name=$1; shift; da=$1; db=$2; shift 2
-  sa=$1; ca=$2; shift 2
-  P=$((P+1))
-  ip netns exec hostB timeout 60 ib_send_lat -d $db $sa -p $P -F "$@" > /tmp/s.log 2>&1 &
-  case "$sa" in -R*) wait_for 20 cm_listening hostB $P ;; *) wait_for 20 vb_tcp_listening hostB $P ;; esac
-  ip netns exec hostA timeout 60 ib_send_lat -d $da $ca -p $P -F "$@" 198.18.0.2 > /tmp/c.log 2>&1
-  wait; echo "== $name $*: $(grep -A1 '#bytes' /tmp/c.log | tail -1)"
-}
+. $HERE/bench/lat-pair.sh
 rps() { local m=0; [ "$1" = 1 ] && m=$(printf %x $(( (1 << $(nproc)) - 1 )))
   ip netns exec hostA sh -c "echo $m > /sys/class/net/veth0/queues/rx-0/rps_cpus"
   ip netns exec hostB sh -c "echo $m > /sys/class/net/veth1/queues/rx-0/rps_cpus"; echo "== rps $1"; }
 for i in 1 2 3; do
  for r in ${LAT_RPS:-0}; do
   rps $r
-  t metaroce mrcA mrcB "-x $gb" "-x $ga" -s 8 -n 2000
-  t siw siwA siwB "-R --bind_source_ip 198.18.0.2" "-R --bind_source_ip 198.18.0.1" -s 8 -n 2000
-  t rxe rxeA rxeB "-x $rb" "-x $ra" -s 8 -n 2000
-  t metaroce-cm mrcA mrcB "-R --bind_source_ip 198.18.0.2" "-R --bind_source_ip 198.18.0.1" -s 8 -n 2000
+  lat_pair metaroce mrcA mrcB "-x $gb" "-x $ga" -s 8 -n 2000
+  lat_pair siw siwA siwB "-R --bind_source_ip 198.18.0.2" "-R --bind_source_ip 198.18.0.1" -s 8 -n 2000
+  lat_pair rxe rxeA rxeB "-x $rb" "-x $ra" -s 8 -n 2000
+  lat_pair metaroce-cm mrcA mrcB "-R --bind_source_ip 198.18.0.2" "-R --bind_source_ip 198.18.0.1" -s 8 -n 2000
  done
 done

@@ -4,7 +4,9 @@
 # AB_MTUS="LINK:RC[:PARAM,PARAM] ..." (default "9000:9000") also alternates veth MTU /
 # rc_mtu pairs, with optional extra module parameters (comma-separated);
 # AB_TCP=1 adds iperf3 on the same link as the reference; AB_RPS=MASK sets both veths'
-# receive packet steering CPU mask first; AB_NETEM="ARGS" puts netem ARGS on both veths.
+# receive packet steering CPU mask first; AB_NETEM="ARGS" puts netem ARGS on both veths;
+# AB_NETEMS="none|loss 1%|..." alternates netem settings instead; AB_TOOLS="ib_write_bw|
+# ib_read_bw" alternates perftest tools. Each run prints MetaRoCE's port counters.
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 . $HERE/lib/ktap.sh; . $HERE/lib/net.sh
 VB_LOGDIR=/tmp/vb; mkdir -p $VB_LOGDIR
@@ -34,6 +36,7 @@ run() { # KO QPS RC_MTU [PARAMS]
   ip netns exec hostA timeout 60 ${AB_TOOL:-ib_write_bw} -d mrcA -x $ga -p $P -F -s 65536 -q $2 -D 5 198.18.0.2 > /tmp/c.log 2>&1
   s1=$(head -1 /proc/stat); wait
   echo "=== $(basename $1) rc_mtu $3 ${4:-} q$2: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}') $(echo "$s0" "$s1" | awk '{u=$13-$2; s=$15-$4; i=$16-$5; si=$19-$8; t=u+s+i+si+($17-$6)+($18-$7); printf "user %d sys %d softirq %d idle %d", 100*u/t, 100*s/t, 100*si/t, 100*i/t}')"
+  echo "    counters: $(for h in "hostA mrcA" "hostB mrcB"; do set -- $h; ip netns exec $1 rdma statistic show link $2/1 | awk -v d=$2 'NF == 2 && $1 ~ /^(tx_packets|retransmits|path_timeouts|spurious_timeouts|rx_duplicates)$/ && $2 > 0 {printf "%s.%s=%s ", d, $1, $2}'; done)"
   rdma link del mrcA; rdma link del mrcB; rmmod rdma_metaroce
 }
 tcp() { # iperf3 on the same link, one stream, 5 s
@@ -43,11 +46,25 @@ tcp() { # iperf3 on the same link, one stream, 5 s
   echo "=== tcp link mtu $1: $(ip netns exec hostA timeout 30 iperf3 -c 198.18.0.2 -p $P -t 5 -f m | awk '/receiver/ {print $7 " Mbit/s"}')"
   wait
 }
+IFS='|' read -ra netems <<< "${AB_NETEMS:-none}"
 for i in 1 2 3; do
+ for nm in "${netems[@]}"; do
+  if [ -n "${AB_NETEMS:-}" ]; then
+    for d in "hostA veth0" "hostB veth1"; do set -- $d; ip netns exec $1 tc qdisc del dev $2 root 2>/dev/null; done
+    if [ "$nm" != none ]; then
+      ip netns exec hostA tc qdisc add dev veth0 root netem $nm
+      ip netns exec hostB tc qdisc add dev veth1 root netem $nm
+    fi
+    echo "##### netem: $nm"
+  fi
   for m in ${AB_MTUS:-9000:9000}; do
     link_mtu "${m%%:*}"
     rc=${m#*:}; extra=; [ "$rc" != "${rc#*:}" ] && extra=${rc#*:} && rc=${rc%%:*}
-    for ko in ${AB_KOS:?AB_KOS="A.ko B.ko": the two module builds to compare}; do run $ko 1 "$rc" "$extra"; run $ko 4 "$rc" "$extra"; done
+    for ko in ${AB_KOS:?AB_KOS="A.ko B.ko": the two module builds to compare}; do
+      IFS='|' read -ra tools <<< "${AB_TOOLS:-${AB_TOOL:-ib_write_bw}}"
+      for AB_TOOL in "${tools[@]}"; do echo "--- $AB_TOOL"; run $ko 1 "$rc" "$extra"; run $ko 4 "$rc" "$extra"; done
+    done
     [ -n "${AB_TCP:-}" ] && tcp "${m%%:*}"
   done
+ done
 done

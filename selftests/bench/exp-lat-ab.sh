@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# experiment: ib_send_lat 8 B on two MetaRoCE module builds and siw, alternating,
+# bench conditions (veth MTU LAT_MTU, default 65535; MRC_ARGS default rc_mtu=32768; no RPS).
+# Run in the guest: tools/vm --flavour plain -- env LAT_KOS="A.ko B.ko" bash selftests/bench/exp-lat-ab.sh
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+. $HERE/lib/ktap.sh; . $HERE/lib/net.sh
+VB_LOGDIR=/tmp/vb; mkdir -p $VB_LOGDIR
+. $HERE/lib/verbs.sh
+modprobe siw
+mk_hosts
+ip -n hostA link set veth0 mtu "${LAT_MTU:-65535}"; ip -n hostB link set veth1 mtu "${LAT_MTU:-65535}"
+ip netns exec hostA rdma link add siwA type siw netdev veth0
+ip netns exec hostB rdma link add siwB type siw netdev veth1
+P=19500
+. $HERE/bench/lat-pair.sh
+for i in 1 2 3; do
+  for ko in ${LAT_KOS:?}; do
+    KO=$ko mrc_insmod ${MRC_ARGS:-rc_mtu=32768}
+    ip netns exec hostA rdma link add mrcA type metaroce netdev veth0
+    ip netns exec hostB rdma link add mrcB type metaroce netdev veth1
+    wait_for 10 vb_gid_index mrcA 198.18.0.1
+    ga=$(vb_gid_index mrcA 198.18.0.1); gb=$(vb_gid_index mrcB 198.18.0.2)
+    lat_pair "$(basename $ko)" mrcA mrcB "-x $gb" "-x $ga" -s 8 -n 2000
+    rdma link del mrcA; rdma link del mrcB; rmmod rdma_metaroce
+  done
+  lat_pair siw siwA siwB "-R --bind_source_ip 198.18.0.2" "-R --bind_source_ip 198.18.0.1" -s 8 -n 2000
+done

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# experiment: where the guest's CPU goes during ib_write_bw / ib_read_bw 64 KiB on
+# MetaRoCE, and during iperf3 on the same link (perf record -a, cpu-clock).
+# Needs perf in the guest: a copy of the toolchain root with linux-perf installed,
+# passed as METAROCE_ROOT (tools/lib.sh), e.g.
+#   METAROCE_ROOT=/var/cache/metaroce/root-perf tools/vm --flavour plain -- \
+#       env PROF_KO=out/x.ko bash selftests/bench/exp-profile.sh
+# PROF_MTU="LINK:RC" (default 65535:32768), PROF_RPS=MASK (default 3); reports land in
+# the run's out/vm-*/prof/.
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+. $HERE/lib/ktap.sh; . $HERE/lib/net.sh
+VB_LOGDIR=/tmp/vb; mkdir -p $VB_LOGDIR
+. $HERE/lib/verbs.sh
+OUTD=${METAROCE_OUT:?run under tools/vm}/prof; mkdir -p $OUTD
+mk_hosts
+m=${PROF_MTU:-65535:32768}
+ip netns exec hostA ip link set veth0 mtu "${m%%:*}"; ip netns exec hostB ip link set veth1 mtu "${m%%:*}"
+for d in "hostA veth0" "hostB veth1"; do set -- $d
+  ip netns exec $1 sh -c "echo ${PROF_RPS:-3} > /sys/class/net/$2/queues/rx-0/rps_cpus"; done
+echo 0 > /proc/sys/kernel/kptr_restrict; cat /proc/modules > /dev/null; echo -1 > /proc/sys/kernel/perf_event_paranoid
+report() { # NAME
+  perf report -i /tmp/$1.data --no-children --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -50 > $OUTD/$1.sym.txt
+  perf report -i /tmp/$1.data --no-children --sort dso --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -15 > $OUTD/$1.dso.txt
+  perf report -i /tmp/$1.data --children --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -70 > $OUTD/$1.children.txt
+  perf report -i /tmp/$1.data --no-children --sort sym --stdio -g caller,0.5,callee --percent-limit 3 2>/dev/null | grep -v '^#' | grep -v '^$' | head -300 > $OUTD/$1.callers.txt
+}
+KO=${PROF_KO:-} mrc_insmod rc_mtu="${m#*:}" ${PROF_ARGS:-}
+ip netns exec hostA rdma link add mrcA type metaroce netdev veth0
+ip netns exec hostB rdma link add mrcB type metaroce netdev veth1
+ga=$(vb_gid_index mrcA 198.18.0.1); gb=$(vb_gid_index mrcB 198.18.0.2)
+P=19100
+for tool in ${PROF_TOOLS:-ib_write_bw ib_read_bw}; do
+  P=$((P+1))
+  ip netns exec hostB timeout 60 $tool -d mrcB -x $gb -p $P -F -s 65536 -q 1 -D 6 > /tmp/s.log 2>&1 &
+  wait_for 20 vb_tcp_listening hostB $P
+  perf record -e cpu-clock -F 499 -a -g -o /tmp/$tool.data -- sleep 4 > /dev/null 2>&1 &
+  ip netns exec hostA timeout 60 $tool -d mrcA -x $ga -p $P -F -s 65536 -q 1 -D 6 198.18.0.2 > /tmp/c.log 2>&1
+  wait
+  echo "=== $tool: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}')"
+  report $tool
+done
+rdma statistic show link mrcA/1 > $OUTD/counters-A.txt 2>&1
+rdma link del mrcA; rdma link del mrcB; rmmod rdma_metaroce
+P=$((P+1))
+ip netns exec hostB timeout 30 iperf3 -s -1 -p $P > /dev/null 2>&1 &
+wait_for 20 vb_tcp_listening hostB $P
+perf record -e cpu-clock -F 499 -a -g -o /tmp/tcp.data -- sleep 4 > /dev/null 2>&1 &
+echo "=== tcp: $(ip netns exec hostA timeout 30 iperf3 -c 198.18.0.2 -p $P -t 6 -f m | awk '/receiver/ {print $7 " Mbit/s"}')"
+wait
+report tcp
