@@ -14,4 +14,6 @@ die() { say "error: $*"; exit 1; }
 key() { cat "$@" | sha256sum | cut -c1-12; }
 
 root_key() { key "$REPO/tools/root-packages.txt" "$REPO/tools/mkroot"; }
-root_dir() { echo "$CACHE/root-$(root_key)"; }
+# METAROCE_ROOT names another, already complete root for experiments (e.g. a copy with
+# linux-perf added for selftests/bench/exp-profile.sh); tests and CI never set it.
+root_dir() { echo "${METAROCE_ROOT:-$CACHE/root-$(root_key)}"; }
