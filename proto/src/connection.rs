@@ -51,8 +51,8 @@ pub const TAIL_STASH: usize = 64;
 pub const DUPTHRESH: u32 = 3;
 /// Largest reordering window, in quarters of a path's srtt (MR-5.3.6).
 pub const REO_MULT_MAX: u8 = 4;
-/// Losses declared without a duplicate reported after which the reordering
-/// window shrinks by one quarter (MR-5.3.6).
+/// Losses declared since the reordering window last grew after which it
+/// shrinks by one quarter (MR-5.3.6).
 pub const REO_QUIET_LOSSES: u8 = 16;
 /// Largest message (2^31 bytes, as in verbs).
 pub const MAX_MSG: u32 = 1 << 31;
@@ -1647,7 +1647,9 @@ impl Connection {
                 path.rtt_echo_psn = a.echo_psn;
             }
         }
-        self.adapt_reordering(now, a.flags & ACK_FLAG_DUP != 0);
+        if a.flags & ACK_FLAG_DUP != 0 {
+            self.note_duplicate(now);
+        }
         if fresh {
             // Spec: MR-6.3.3 — a path that delivers is healthy again.
             let path = &mut self.paths[e];
@@ -1901,24 +1903,16 @@ impl Connection {
     /// Spec: MR-5.3.6 — a duplicate reported by the peer means a packet declared
     /// lost was only overtaken: widen the reordering window by a quarter srtt (at
     /// most once per round trip, up to [`REO_MULT_MAX`]).
-    fn adapt_reordering(&mut self, now: u64, duplicate: bool) {
-        if !duplicate {
-            return;
-        }
-        let srtt = self.paths[..self.cfg.num_paths as usize]
-            .iter()
-            .map(|p| p.srtt as u64)
-            .max()
-            .unwrap_or(0);
-        if self.reo_mult == 0 || now >= self.reo_grown_at.saturating_add(srtt) {
+    fn note_duplicate(&mut self, now: u64) {
+        if self.reo_mult == 0 || now >= self.reo_grown_at.saturating_add(self.max_srtt()) {
             self.reo_mult = (self.reo_mult + 1).min(REO_MULT_MAX);
             self.reo_grown_at = now;
             self.reo_losses = 0;
         }
     }
 
-    /// Spec: MR-5.3.6 — after [`REO_QUIET_LOSSES`] losses declared with no
-    /// duplicate reported in between, narrow the reordering window by a quarter.
+    /// Spec: MR-5.3.6 — after [`REO_QUIET_LOSSES`] losses declared since the
+    /// reordering window last grew, narrow it by a quarter.
     fn count_loss_for_reordering(&mut self) {
         if self.reo_mult == 0 {
             return;
@@ -2172,23 +2166,24 @@ impl Connection {
         (base << p.backoff.min(10)).min(self.cfg.max_rto.as_nanos())
     }
 
-    /// Spec: MR-5.5.3.
-    fn conn_rto(&self) -> u64 {
-        let srtt = self.paths[..self.cfg.num_paths as usize]
+    /// The largest smoothed RTT of the connection's paths (ns).
+    fn max_srtt(&self) -> u64 {
+        self.paths[..self.cfg.num_paths as usize]
             .iter()
             .map(|p| p.srtt as u64)
             .max()
-            .unwrap_or(0);
+            .unwrap_or(0)
+    }
+
+    /// Spec: MR-5.5.3.
+    fn conn_rto(&self) -> u64 {
+        let srtt = self.max_srtt();
         let base = (3 * srtt).max(self.cfg.min_rto.as_nanos());
         (base << self.rto_backoff.min(16)).min(self.cfg.max_rto.as_nanos())
     }
 
     fn tlp_timeout(&self) -> u64 {
-        let srtt = self.paths[..self.cfg.num_paths as usize]
-            .iter()
-            .map(|p| p.srtt as u64)
-            .max()
-            .unwrap_or(0);
+        let srtt = self.max_srtt();
         2 * srtt + self.cfg.ack_delay.as_nanos()
     }
 
