@@ -80,7 +80,12 @@ impl BaseRtt {
     pub const fn new(first: u32) -> Self {
         let mut lows = [u32::MAX; BASE_RTT_RANK];
         lows[0] = first;
-        BaseRtt { value: first, lows, taken: 1, settled: false }
+        BaseRtt {
+            value: first,
+            lows,
+            taken: 1,
+            settled: false,
+        }
     }
 
     /// The base RTT (ns).
@@ -103,7 +108,11 @@ impl BaseRtt {
         }
         if self.taken >= BASE_RTT_RUN {
             let estimate = self.lows[BASE_RTT_RANK - 1];
-            self.value = if self.settled { self.value.min(estimate) } else { estimate };
+            self.value = if self.settled {
+                self.value.min(estimate)
+            } else {
+                estimate
+            };
             self.settled = true;
             self.lows = [u32::MAX; BASE_RTT_RANK];
             self.taken = 0;

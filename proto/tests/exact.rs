@@ -249,7 +249,15 @@ impl Path1BlackHoled {
         tweak(&mut cb);
         let (ma, mut mb) = (VecMemory::new(), VecMemory::new());
         mb.add_region(0x77, 0x1000, 1 << 16);
-        Self { a: Connection::new(ca), b: Connection::new(cb), ma, mb, posted: 0, done: 0, now: 1_000 }
+        Self {
+            a: Connection::new(ca),
+            b: Connection::new(cb),
+            ma,
+            mb,
+            posted: 0,
+            done: 0,
+            now: 1_000,
+        }
     }
 
     /// Tops up the WRITEs and exchanges everything due now; `dropped` sees each
@@ -270,11 +278,13 @@ impl Path1BlackHoled {
             if p[3] & 0x0f == 1 {
                 dropped(&p, now);
             } else {
-                self.b.handle_datagram(Instant(now), 0xC000, false, &p, &mut self.mb);
+                self.b
+                    .handle_datagram(Instant(now), 0xC000, false, &p, &mut self.mb);
             }
         }
         for p in out(&mut self.b, now, &mut self.mb) {
-            self.a.handle_datagram(Instant(now), 0xC000, false, &p, &mut self.ma);
+            self.a
+                .handle_datagram(Instant(now), 0xC000, false, &p, &mut self.ma);
         }
     }
 

@@ -54,7 +54,9 @@ fn without_the_allowance_responses_from_elsewhere_are_not_accepted() {
     let (mut a, mut b, mut ma, mut mb) = pair(false);
     a.post_send(SendWr::read(1, 3000, 0x1000, 0x77)).unwrap();
     shuttle(&mut a, &mut b, &mut ma, &mut mb);
-    assert!(a.poll_completion().map_or(true, |c| c.status != WcStatus::Success));
+    assert!(a
+        .poll_completion()
+        .map_or(true, |c| c.status != WcStatus::Success));
 }
 
 #[test]

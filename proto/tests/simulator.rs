@@ -164,11 +164,19 @@ fn ack_feedback_follows_the_echo_path_not_the_return_path() {
 /// waiting for path timeouts (which would also reset the path's window).
 #[test]
 fn one_packet_path_windows_recover_losses_without_path_timeouts() {
-    let (r, st) = sim::scenarios::bulk_over(|l| l.loss_ppm = 10_000, Recovery::Selective, 4, 32 << 20, None, 77, |c| {
-        c.mtu = 32768;
-        c.cc.init_window = 4 * 32768;
-        c.cc.max_window = 32768;
-    });
+    let (r, st) = sim::scenarios::bulk_over(
+        |l| l.loss_ppm = 10_000,
+        Recovery::Selective,
+        4,
+        32 << 20,
+        None,
+        77,
+        |c| {
+            c.mtu = 32768;
+            c.cc.init_window = 4 * 32768;
+            c.cc.max_window = 32768;
+        },
+    );
     assert!(r.completed, "{r:?}");
     assert!(st.lost_detected > 0, "no loss detected: {st:?}");
     assert!(
@@ -207,8 +215,14 @@ fn a_few_fast_packets_do_not_set_the_base_rtt() {
     };
     let (steady, _) = run(0);
     let (skipping, st) = run(10_000);
-    assert!(steady.completed && skipping.completed, "{steady:?} {skipping:?}");
-    assert!(st.tx_retx * 100 <= st.tx_data, "spurious retransmissions: {st:?}");
+    assert!(
+        steady.completed && skipping.completed,
+        "{steady:?} {skipping:?}"
+    );
+    assert!(
+        st.tx_retx * 100 <= st.tx_data,
+        "spurious retransmissions: {st:?}"
+    );
     assert!(
         skipping.gbps() >= 0.5 * steady.gbps(),
         "{:.2} Gbit/s with 1% of packets skipping the delay, {:.2} without: {st:?}",

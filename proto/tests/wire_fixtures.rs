@@ -284,7 +284,8 @@ fn connection_parameter_block_mtu_range() {
             flags: 0,
         };
         let mut buf = [0u8; 24];
-        p.emit(&mut ParamsBlock::new_unchecked(&mut buf[..])).unwrap();
+        p.emit(&mut ParamsBlock::new_unchecked(&mut buf[..]))
+            .unwrap();
         ConnParams::parse(&ParamsBlock::new_unchecked(&buf[..])).map(|q| q.mtu)
     };
     for ok in [MIN_MTU, 4096, 9000, 9001, 61440, MAX_MTU] {

@@ -209,7 +209,11 @@ impl Net {
             rng: Rng::new(seed),
             eps: Vec::new(),
             qpn_map: HashMap::new(),
-            buf: vec![0; metaroce_proto::connection::MAX_HEADER + metaroce_proto::wire::MAX_MTU as usize],
+            buf: vec![
+                0;
+                metaroce_proto::connection::MAX_HEADER
+                    + metaroce_proto::wire::MAX_MTU as usize
+            ],
             delivered_packets: 0,
             ack_return: None,
         }

@@ -53,7 +53,16 @@ pub fn bulk(
     blackhole_at: Option<u64>,
     seed: u64,
 ) -> BulkResult {
-    bulk_over(|l| l.loss_ppm = loss_ppm, recovery, paths, total, blackhole_at, seed, |_| {}).0
+    bulk_over(
+        |l| l.loss_ppm = loss_ppm,
+        recovery,
+        paths,
+        total,
+        blackhole_at,
+        seed,
+        |_| {},
+    )
+    .0
 }
 
 /// [`bulk`] over fabric links that `impair` sets up (loss, delay, reordering), with
