@@ -368,12 +368,17 @@ impl UserQueues {
             eng.reject_posted(io, false, 0);
             return;
         }
+        // Checked first: every run and every received datagram pulls, and the
+        // buffers below are over a kilobyte to initialise.
+        if avail == 0 || eng.send_room() == 0 {
+            return;
+        }
         let mut buf = [0u8; SEND_MAX];
+        let mut sges = [Sge::default(); MAX_SGE as usize];
         for _ in 0..avail.min(eng.send_room()) {
             let e = &mut buf[..(self.sq.stride as usize).min(SEND_MAX)];
             self.sq.read(self.sq_read, e);
             self.sq_read = self.sq_read.wrapping_add(1);
-            let mut sges = [Sge::default(); MAX_SGE as usize];
             let r = self.decode_send(e, &mut sges).and_then(|req| eng.post_send(&req).map(|()| req.wr_id));
             if r.is_err() {
                 eng.reject_posted(io, false, send_wr_id(e));
@@ -392,12 +397,15 @@ impl UserQueues {
             eng.reject_posted(io, true, 0);
             return;
         }
+        if avail == 0 || eng.recv_room() == 0 {
+            return;
+        }
         let mut buf = [0u8; RECV_MAX];
+        let mut sges = [Sge::default(); MAX_SGE as usize];
         for _ in 0..avail.min(eng.recv_room()) {
             let e = &mut buf[..(rq.stride as usize).min(RECV_MAX)];
             rq.read(self.rq_read, e);
             self.rq_read = self.rq_read.wrapping_add(1);
-            let mut sges = [Sge::default(); MAX_SGE as usize];
             let wr_id = u64_at(e, 0);
             let n = u32_at(e, 8);
             let ok = n <= self.max_recv_sge

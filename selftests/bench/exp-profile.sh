@@ -24,7 +24,7 @@ report() { # NAME
   perf report -i /tmp/$1.data --children --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -70 > $OUTD/$1.children.txt
   perf report -i /tmp/$1.data --no-children --sort sym --stdio -g caller,0.5,callee --percent-limit 3 2>/dev/null | grep -v '^#' | grep -v '^$' | head -300 > $OUTD/$1.callers.txt
 }
-KO=${PROF_KO:-} mrc_insmod rc_mtu="${m#*:}" ${PROF_ARGS:-}
+KO=${PROF_KO:-$HERE/../rdma_metaroce.ko} mrc_insmod rc_mtu="${m#*:}" ${PROF_ARGS:-}
 ip netns exec hostA rdma link add mrcA type metaroce netdev veth0
 ip netns exec hostB rdma link add mrcB type metaroce netdev veth1
 ga=$(vb_gid_index mrcA 198.18.0.1); gb=$(vb_gid_index mrcB 198.18.0.2)
