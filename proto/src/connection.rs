@@ -23,7 +23,8 @@ use super::verbs::{
 };
 use super::wire::{
     rnr_timer_ns, AckRepr, AtomicRepr, BaseRepr, Body, Flags, Opcode, PacketRepr, RequestRepr,
-    ResponseRepr, Syndrome, ACK_FLAG_DUP, ACK_FLAG_ECE, ACK_FLAG_PROBE, MAX_MTU, MIN_MTU,
+    ResponseRepr, Syndrome, ACK_EXT_LEN, ACK_FLAG_DUP, ACK_FLAG_ECE, ACK_FLAG_PROBE, MAX_MTU,
+    MIN_MTU,
 };
 
 /// Most paths one connection sprays over (MR-6.1.3).
@@ -120,6 +121,10 @@ pub struct Config {
     pub ack_every: u8,
     /// Longest delay of an acknowledgement.
     pub ack_delay: Duration,
+    /// How long an acknowledgement asked for with `ACK_REQ` may wait for a data
+    /// packet of ours to carry it, while this side is itself sending (MR-5.4.6);
+    /// zero: acknowledge at once. At most `ack_delay`.
+    pub reply_wait: Duration,
     /// RTT assumed before the first sample.
     pub initial_rtt: Duration,
     /// Floor of the per-path timeout.
@@ -155,6 +160,7 @@ impl Config {
             min_rnr_timer: 40,
             ack_every: 4,
             ack_delay: Duration::from_micros(2),
+            reply_wait: Duration::from_nanos(0),
             initial_rtt: Duration::from_micros(10),
             min_path_rto: Duration::from_micros(16),
             min_rto: Duration::from_micros(200),
@@ -239,6 +245,8 @@ pub struct Stats {
     pub tx_retx: u64,
     /// ACK/NAK packets transmitted.
     pub tx_acks: u64,
+    /// Acknowledgements carried by data packets instead (MR-5.4.6).
+    pub tx_piggybacked: u64,
     /// Probes transmitted.
     pub tx_probes: u64,
     /// Packets received and parsed.
@@ -678,6 +686,8 @@ pub struct Connection {
     /// Losses declared since the window last grew (MR-5.3.6).
     reo_losses: u8,
     last_progress: u64,
+    /// When a data packet was last transmitted (0: never), for MR-5.4.6.
+    last_data_tx: u64,
     rto_backoff: u8,
     retries: u8,
     tlp_pending: bool,
@@ -723,6 +733,10 @@ fn normalise(mut cfg: Config) -> Config {
         cfg.peer_num_paths = 1;
     }
     cfg.ack_every = cfg.ack_every.max(1);
+    // Spec: MR-5.4.6 — a deferred acknowledgement still meets MR-5.4.1's bound.
+    if cfg.reply_wait.as_nanos() > cfg.ack_delay.as_nanos() {
+        cfg.reply_wait = cfg.ack_delay;
+    }
     cfg.max_rd_atomic = cfg.max_rd_atomic.clamp(1, MAX_RD_ATOMIC as u8);
     cfg
 }
@@ -775,6 +789,7 @@ impl Connection {
             reo_grown_at: 0,
             reo_losses: 0,
             last_progress: 0,
+            last_data_tx: 0,
             rto_backoff: 0,
             retries: 0,
             tlp_pending: false,
@@ -826,6 +841,7 @@ impl Connection {
         self.rr = 0;
         self.peer_credit = u32::MAX;
         self.last_ack = 0;
+        self.last_data_tx = 0;
         self.rack_sent = 0;
         self.reo_mult = 0;
         self.reo_grown_at = 0;
@@ -1127,7 +1143,11 @@ impl Connection {
             // An ACK names one of our own send paths, and so does its echo
             // path (MR-3.5.1): the echo fields describe one of our paths.
             Body::Ack(a) => (self.cfg.num_paths, a.echo_path < self.cfg.num_paths),
-            _ => (self.cfg.peer_num_paths, true),
+            // So does an acknowledgement a data packet carries (MR-3.7.6).
+            _ => (
+                self.cfg.peer_num_paths,
+                pkt.ack.is_none_or(|a| a.echo_path < self.cfg.num_paths),
+            ),
         };
         if pkt.base.dest_qpn != self.cfg.local_qpn || p >= limit as usize || !echo_ok {
             self.stats.rx_invalid += 1;
@@ -1149,6 +1169,14 @@ impl Connection {
             }
             Body::Probe | Body::Datagram { .. } => self.stats.rx_invalid += 1,
             Body::Request { .. } | Body::Response { .. } => {
+                // Spec: MR-3.7.6 — the carried acknowledgement first, as if it
+                // had arrived alone just before the packet.
+                if let Some(a) = pkt.ack {
+                    self.on_ack(t, a.echo_path as usize, &a, mem);
+                    if self.state == QpState::Error {
+                        return;
+                    }
+                }
                 self.on_data(t, p, src_port, ce, &pkt, mem)
             }
         }
@@ -1261,7 +1289,7 @@ impl Connection {
             }
             Verdict::Drop => {}
         }
-        self.deliver(p, mem);
+        self.deliver(now, p, mem);
     }
 
     /// Per-path receive bookkeeping for a packet that is kept, refused with
@@ -1291,8 +1319,40 @@ impl Connection {
             path.ack_now = true;
         }
         if base.flags.has(Flags::ACK_REQ) {
+            if base.flags.has(Flags::RETX) {
+                path.ack_now = true;
+            } else {
+                self.ack_promptly(now, p);
+            }
+        }
+    }
+
+    /// Spec: MR-5.4.1, MR-5.4.6 — the ACK of path `p` is wanted at once: now,
+    /// or within `reply_wait` when a data packet of ours is likely to leave
+    /// by then and can carry it.
+    fn ack_promptly(&mut self, now: u64, p: usize) {
+        let soon = self.sending_soon(now);
+        let path = &mut self.paths[p % MAX_PATHS];
+        if soon {
+            let by = now.saturating_add(self.cfg.reply_wait.as_nanos()).max(1);
+            path.ack_due = if path.ack_due == 0 {
+                by
+            } else {
+                path.ack_due.min(by)
+            };
+        } else {
             path.ack_now = true;
         }
+    }
+
+    /// Spec: MR-5.4.6 — this side is sending too: a READ response is waiting
+    /// to go, or a data packet left within the last `8 × reply_wait` (a
+    /// conversation, where the peer's request is likely answered soon).
+    fn sending_soon(&self, now: u64) -> bool {
+        let wait = self.cfg.reply_wait.as_nanos();
+        wait > 0
+            && (self.job_send != self.job_tail
+                || (self.last_data_tx != 0 && now.saturating_sub(self.last_data_tx) <= 8 * wait))
     }
 
     fn rx_request<M: Memory>(
@@ -1429,7 +1489,7 @@ impl Connection {
 
     /// Delivers complete messages in MSN order (MR-4.3.2): flushes stashed
     /// tails, generates receive completions, starts reads and runs atomics.
-    fn deliver<M: Memory>(&mut self, p: usize, mem: &mut M) {
+    fn deliver<M: Memory>(&mut self, now: u64, p: usize, mem: &mut M) {
         while self.state == QpState::Rts {
             let idx = (self.msg_cum % MSG_WINDOW) as usize;
             let s = self.msgs[idx];
@@ -1537,8 +1597,9 @@ impl Connection {
             }
             self.msgs[idx].active = false;
             self.msg_cum = self.msg_cum.wrapping_add(1);
-            // Spec: MR-5.4.1 — report delivery progress promptly.
-            self.paths[p % MAX_PATHS].ack_now = true;
+            // Spec: MR-5.4.1 — report delivery progress promptly; MR-5.4.6 —
+            // by the reply, if one is about to leave.
+            self.ack_promptly(now, p);
         }
     }
 
@@ -1804,7 +1865,7 @@ impl Connection {
             self.rnr_retries = 0;
         }
         self.retire();
-        self.deliver(p, mem);
+        self.deliver(now, p, mem);
     }
 
     /// Spec: MR-6.3.1, MR-6.3.4 — path scoring and repathing away from a
@@ -1953,7 +2014,11 @@ impl Connection {
                 return;
             }
             let k = self.pkts[path.head as usize];
-            let ahead = if path.has_acked_psn { path.acked_psn.wrapping_sub(k.psn) as i32 } else { 0 };
+            let ahead = if path.has_acked_psn {
+                path.acked_psn.wrapping_sub(k.psn) as i32
+            } else {
+                0
+            };
             // A later packet of this path was acknowledged, or (once this path has an
             // RTT) one sent later on any path: with one or two packets in a path's
             // window, the packet lost is often the last one in flight on its path.
@@ -2610,6 +2675,7 @@ impl Connection {
         let mut flags = Flags(0).with(Flags::RETX, retx).with(Flags::ACK_REQ, retx);
         let len = k.len as usize;
         let hl;
+        let piggybacked: Option<usize>;
         let payload_res: Result<(), MemError>;
         if k.kind == K_REQ {
             let e = self.sq[(k.msn as usize) % SQ_DEPTH];
@@ -2641,14 +2707,16 @@ impl Connection {
             } else {
                 None
             };
-            let repr = PacketRepr {
+            let mut repr = PacketRepr {
                 base: self.base(op, flags, q, psn, tsn, now),
                 body: Body::Request {
                     req,
                     atomic,
                     payload: &[],
                 },
+                ack: None,
             };
+            piggybacked = self.piggyback(now, &mut repr, len, buf.len());
             hl = repr.emit_headers(buf).ok()?;
             payload_res = if len > 0 {
                 match buf.get_mut(hl..hl + len) {
@@ -2674,7 +2742,7 @@ impl Connection {
             flags = flags
                 .with(Flags::LAST, last)
                 .with(Flags::ACK_REQ, retx || last);
-            let repr = PacketRepr {
+            let mut repr = PacketRepr {
                 base: self.base(op, flags, q, psn, tsn, now),
                 body: Body::Response {
                     rsp: ResponseRepr {
@@ -2684,7 +2752,9 @@ impl Connection {
                     },
                     payload: &[],
                 },
+                ack: None,
             };
+            piggybacked = self.piggyback(now, &mut repr, len, buf.len());
             hl = repr.emit_headers(buf).ok()?;
             let dst = buf.get_mut(hl..hl + len)?;
             payload_res = if j.atomic {
@@ -2719,6 +2789,11 @@ impl Connection {
         } else {
             self.stats.tx_data += 1;
         }
+        if let Some(qa) = piggybacked {
+            self.ack_sent(qa, false);
+            self.stats.tx_piggybacked += 1;
+        }
+        self.last_data_tx = now;
         // Spec: MR-2.5.1 — data is ECN-capable.
         Some(Transmit {
             len: hl + len,
@@ -2740,6 +2815,26 @@ impl Connection {
         }
     }
 
+    /// Spec: MR-5.4.6 — puts a pending acknowledgement into data packet `repr`
+    /// (of `payload` bytes) when the packet still fits the MTU and `room`;
+    /// returns the path it acknowledges, whose ACK state the caller clears
+    /// once the packet is built.
+    fn piggyback(
+        &self,
+        now: u64,
+        repr: &mut PacketRepr<'_>,
+        payload: usize,
+        room: usize,
+    ) -> Option<usize> {
+        let q = self.piggyback_path()?;
+        let len = repr.header_len() + ACK_EXT_LEN + payload;
+        if len > room || len > self.max_packet_len() {
+            return None;
+        }
+        repr.ack = Some(self.ack_repr(now, q, None).0);
+        Some(q)
+    }
+
     /// Spec: MR-6.4.1, MR-6.4.4 — a probe takes no TSN and no window.
     fn emit_probe(&mut self, now: u64, q: usize, buf: &mut [u8]) -> Option<Transmit> {
         let deadline = now.saturating_add(self.path_rto(q));
@@ -2749,6 +2844,7 @@ impl Connection {
         let repr = PacketRepr {
             base: self.base(Opcode::Probe, Flags(0), q, 0, 0, now),
             body: Body::Probe,
+            ack: None,
         };
         repr.emit(buf).ok()?;
         // Spec: MR-9.3.3 — pad so the reply is never larger than the probe.
@@ -2764,15 +2860,9 @@ impl Connection {
         })
     }
 
-    /// Emits an ACK (or NAK) for packets received on path `q` (MR-3.5.1):
-    /// PSN and TSN are zero in the MRH (MR-3.2.7).
-    fn emit_ack(
-        &mut self,
-        now: u64,
-        q: usize,
-        nak: Option<PendingNak>,
-        buf: &mut [u8],
-    ) -> Option<Transmit> {
+    /// The ACK (or NAK) for packets received on path `q` (MR-3.5.1), and
+    /// whether it answers a probe.
+    fn ack_repr(&self, now: u64, q: usize, nak: Option<PendingNak>) -> (AckRepr, bool) {
         let q = q % MAX_PATHS;
         let sack = self
             .rcv_bits
@@ -2818,17 +2908,12 @@ impl Connection {
             credit_hint: self.credit_hint,
             sack: sack.0,
         };
-        let port = if p.rx_port != 0 {
-            p.rx_port
-        } else {
-            self.path_port(q)
-        };
-        let repr = PacketRepr {
-            base: self.base(Opcode::Ack, Flags(0), q, 0, 0, now),
-            body: Body::Ack(ack),
-        };
-        let len = repr.emit(buf).ok()?;
-        let p = &mut self.paths[q];
+        (ack, probe)
+    }
+
+    /// Path `q`'s acknowledgement state once an ACK for it has left.
+    fn ack_sent(&mut self, q: usize, probe: bool) {
+        let p = &mut self.paths[q % MAX_PATHS];
         p.rx_ce = 0;
         p.rx_cnt = 0;
         p.rx_unacked = 0;
@@ -2838,6 +2923,40 @@ impl Connection {
         if probe {
             p.probe_reply = false;
         }
+    }
+
+    /// Spec: MR-5.4.6 — a path whose acknowledgement is pending and may ride
+    /// on a data packet (not a probe answer: that goes alone, on its path).
+    fn piggyback_path(&self) -> Option<usize> {
+        self.paths
+            .iter()
+            .position(|p| (p.ack_now || p.ack_due != 0) && !p.probe_reply)
+    }
+
+    /// Emits an ACK (or NAK) for packets received on path `q` (MR-3.5.1):
+    /// PSN and TSN are zero in the MRH (MR-3.2.7).
+    fn emit_ack(
+        &mut self,
+        now: u64,
+        q: usize,
+        nak: Option<PendingNak>,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        let q = q % MAX_PATHS;
+        let (ack, probe) = self.ack_repr(now, q, nak);
+        let p = &self.paths[q];
+        let port = if p.rx_port != 0 {
+            p.rx_port
+        } else {
+            self.path_port(q)
+        };
+        let repr = PacketRepr {
+            base: self.base(Opcode::Ack, Flags(0), q, 0, 0, now),
+            body: Body::Ack(ack),
+            ack: None,
+        };
+        let len = repr.emit(buf).ok()?;
+        self.ack_sent(q, probe);
         self.stats.tx_packets += 1;
         self.stats.tx_acks += 1;
         // Spec: MR-5.4.4 — the reply mirrors the data's source port.
@@ -2909,7 +3028,7 @@ mod size_tests {
             assert_eq!(core::mem::size_of::<MsgSlot>(), 144);
             assert_eq!(core::mem::size_of::<SqEntry>(), 72);
             assert_eq!(core::mem::size_of::<Path>(), 176);
-            assert_eq!(core::mem::size_of::<Connection>(), 25_960);
+            assert_eq!(core::mem::size_of::<Connection>(), 25_984);
         }
     }
 }

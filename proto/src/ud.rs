@@ -126,6 +126,7 @@ pub fn emit_datagram(buf: &mut [u8], now: Instant, d: &UdSend<'_>) -> Result<usi
             },
             payload: d.payload,
         },
+        ack: None,
     };
     repr.emit(buf)
 }

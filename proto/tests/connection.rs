@@ -846,3 +846,121 @@ fn no_data_on_a_suspect_or_failed_path_while_an_active_one_exists() {
     assert!(probes > 0, "path 1 was never probed");
     assert!(data_after > 0, "no data was sent while path 1 was down");
 }
+
+fn is_ack(p: &(u16, Vec<u8>)) -> bool {
+    p.1[1] == 0x20
+}
+
+/// `n` request/response exchanges: A sends 8 bytes, B answers with 8 bytes
+/// `turnaround` ns after A's request arrived, and so on. Every send must
+/// complete by the time its answer is in. Returns the pair and the
+/// standalone ACKs each side sent.
+fn conversation(reply_wait_ns: u64, n: u64, turnaround: u64) -> (Pair, usize, usize) {
+    let mut t = Pair::new(|c| {
+        c.ack_delay = Duration::from_micros(100);
+        c.reply_wait = Duration::from_nanos(reply_wait_ns);
+    });
+    let (mut acks_a, mut acks_b) = (0, 0);
+    for i in 0..n {
+        t.mb.set_recv(100 + i, 8);
+        t.b.post_recv(RecvWr {
+            wr_id: 100 + i,
+            len: 8,
+        })
+        .unwrap();
+        t.ma.set_recv(200 + i, 8);
+        t.a.post_recv(RecvWr {
+            wr_id: 200 + i,
+            len: 8,
+        })
+        .unwrap();
+        t.ma.set_local(i, vec![i as u8; 8]);
+        t.a.post_send(SendWr::send(i, 8)).unwrap();
+        for p in t.out_a() {
+            acks_a += is_ack(&p) as usize;
+            t.deliver_b(&p);
+        }
+        let mut got: Vec<_> = t.comps_b().iter().map(|c| (c.wr_id, c.status)).collect();
+        // With the request comes the ACK of B's previous answer when B waited
+        // for one (else it came alone, at once).
+        got.retain(|g| i == 0 || *g != (1000 + i - 1, WcStatus::Success));
+        assert_eq!(
+            got,
+            [(100 + i, WcStatus::Success)],
+            "B received request {i}"
+        );
+        t.tick(turnaround);
+        t.mb.set_local(1000 + i, vec![!(i as u8); 8]);
+        t.b.post_send(SendWr::send(1000 + i, 8)).unwrap();
+        for p in t.out_b() {
+            acks_b += is_ack(&p) as usize;
+            t.deliver_a(&p);
+        }
+        let mut got: Vec<_> = t.comps_a().iter().map(|c| (c.wr_id, c.status)).collect();
+        got.sort_by_key(|g| g.0);
+        assert_eq!(
+            got,
+            [(i, WcStatus::Success), (200 + i, WcStatus::Success)],
+            "A's send {i} completed with the answer"
+        );
+        t.tick(turnaround);
+    }
+    for p in t.out_a() {
+        acks_a += is_ack(&p) as usize;
+        t.deliver_b(&p);
+    }
+    (t, acks_a, acks_b)
+}
+
+#[test]
+fn a_conversation_carries_its_acks_in_the_answers() {
+    // Spec: MR-5.4.6, MR-3.7.6.
+    let (t, acks_a, acks_b) = conversation(20_000, 50, 2_000);
+    // B's first answer is acknowledged at once (B had sent nothing yet);
+    // from then on every ACK rides on the next request or answer.
+    assert!(acks_a + acks_b <= 1, "standalone ACKs: {acks_a} + {acks_b}");
+    assert!(t.a.stats().tx_piggybacked >= 49 && t.b.stats().tx_piggybacked >= 49);
+    assert_eq!(t.a.stats().tx_data + t.b.stats().tx_data, 100);
+    // Without deferral every message is acknowledged alone.
+    // Without deferral almost every message is acknowledged alone (a data
+    // packet carries only an ACK that was already waiting for `ack_delay`).
+    let (t0, acks_a, acks_b) = conversation(0, 50, 2_000);
+    let carried = t0.a.stats().tx_piggybacked + t0.b.stats().tx_piggybacked;
+    assert_eq!(acks_a + acks_b + carried as usize, 100);
+    assert!(
+        acks_a + acks_b >= 95,
+        "standalone ACKs: {acks_a} + {acks_b}"
+    );
+}
+
+#[test]
+fn a_deferred_ack_goes_alone_when_no_answer_comes() {
+    // Spec: MR-5.4.6 — a deferred ACK is sent by its deadline.
+    let wait = 20_000;
+    let (mut t, ..) = conversation(wait, 2, 2_000);
+    // A one-way message: B is in a conversation, so it waits for an answer.
+    t.ma.set_local(7, vec![7; 8]);
+    t.mb.set_recv(77, 8);
+    t.b.post_recv(RecvWr { wr_id: 77, len: 8 }).unwrap();
+    t.a.post_send(SendWr::send(7, 8)).unwrap();
+    let arrival = t.now;
+    for p in t.out_a() {
+        t.deliver_b(&p);
+    }
+    assert!(t.out_b().is_empty(), "no ACK before the deadline");
+    assert_eq!(t.b.poll_timeout(), Some(Instant(arrival + wait)));
+    t.tick(wait);
+    let acks = t.out_b();
+    assert_eq!(acks.len(), 1);
+    assert!(is_ack(&acks[0]));
+    t.deliver_a(&acks[0]);
+    assert_eq!(t.comps_a()[0].wr_id, 7);
+}
+
+#[test]
+fn reply_wait_is_bounded_by_ack_delay() {
+    // Spec: MR-5.4.6 — at most `ack_delay`.
+    let mut c = Config::test_pair(1, 2);
+    c.reply_wait = Duration::from_millis(5);
+    assert_eq!(Connection::new(c).config().reply_wait, c.ack_delay);
+}

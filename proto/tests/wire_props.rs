@@ -82,22 +82,7 @@ fn random_repr<'a>(r: &mut Rng, payload: &'a [u8]) -> PacketRepr<'a> {
             payload,
         }
     } else if op == Opcode::Ack {
-        Body::Ack(AckRepr {
-            cum_tsn: r.next_u64() as u32,
-            syndrome: Some(Syndrome::from_u8(r.below(6) as u8).unwrap()),
-            rnr_timer: r.next_u64() as u8,
-            echo_path: r.below(16) as u8,
-            flags: r.next_u64() as u8,
-            msn: r.next_u64() as u32,
-            nak_tsn: r.next_u64() as u32,
-            echo_psn: r.next_u64() as u32,
-            echo_ts: r.next_u64() as u32,
-            ack_delay: r.next_u64() as u32,
-            ce_count: r.next_u64() as u16,
-            rcv_count: r.next_u64() as u16,
-            credit_hint: r.next_u64() as u16,
-            sack: [r.next_u64(), r.next_u64(), r.next_u64(), r.next_u64()],
-        })
+        Body::Ack(random_ack(r))
     } else if op == Opcode::Probe {
         Body::Probe
     } else {
@@ -110,10 +95,19 @@ fn random_repr<'a>(r: &mut Rng, payload: &'a [u8]) -> PacketRepr<'a> {
             payload,
         }
     };
+    // Spec: MR-3.7.6 — requests and responses may carry a positive ACK.
+    let data_packet = matches!(body, Body::Request { .. } | Body::Response { .. });
+    let ack = (data_packet && r.below(2) == 0).then(|| AckRepr {
+        syndrome: Some(Syndrome::Ack),
+        rnr_timer: 0,
+        flags: random_ack(r).flags & !ACK_FLAG_PROBE,
+        ..random_ack(r)
+    });
     PacketRepr {
         base: BaseRepr {
             opcode: op,
-            flags,
+            // What the receiver sees: emit sets EXT exactly when a chain follows.
+            flags: flags.with(Flags::EXT, ack.is_some()),
             path_id: r.below(16) as u8,
             dest_qpn: r.below(1 << 24) as u32,
             path_psn: r.next_u64() as u32,
@@ -121,6 +115,26 @@ fn random_repr<'a>(r: &mut Rng, payload: &'a [u8]) -> PacketRepr<'a> {
             timestamp: r.next_u64() as u32,
         },
         body,
+        ack,
+    }
+}
+
+fn random_ack(r: &mut Rng) -> AckRepr {
+    AckRepr {
+        cum_tsn: r.next_u64() as u32,
+        syndrome: Some(Syndrome::from_u8(r.below(6) as u8).unwrap()),
+        rnr_timer: r.next_u64() as u8,
+        echo_path: r.below(16) as u8,
+        flags: r.next_u64() as u8,
+        msn: r.next_u64() as u32,
+        nak_tsn: r.next_u64() as u32,
+        echo_psn: r.next_u64() as u32,
+        echo_ts: r.next_u64() as u32,
+        ack_delay: r.next_u64() as u32,
+        ce_count: r.next_u64() as u16,
+        rcv_count: r.next_u64() as u16,
+        credit_hint: r.next_u64() as u16,
+        sack: [r.next_u64(), r.next_u64(), r.next_u64(), r.next_u64()],
     }
 }
 
@@ -281,4 +295,81 @@ fn arm(v: &mut Connection, buf: &mut [u8], mem: &mut VecMemory) {
     let _ = v.post_send(SendWr::faa(2, 0x1008, 0x55, 1));
     let _ = v.post_send(SendWr::send(3, 100));
     while v.poll_transmit(Instant(900), buf, mem).is_some() {}
+}
+
+/// Spec: MR-3.7.6 — the ACK extension rides only on requests and responses,
+/// once, as a plain ACK; anything else is discarded.
+#[test]
+fn piggybacked_ack_is_checked() {
+    let mut r = Rng::new(3);
+    let payload = [5u8; 16];
+    let mut ack = random_ack(&mut r);
+    ack.syndrome = Some(Syndrome::Ack);
+    ack.rnr_timer = 0;
+    ack.flags &= !ACK_FLAG_PROBE;
+    let send = PacketRepr {
+        base: BaseRepr {
+            opcode: Opcode::Send,
+            flags: Flags(0).with(Flags::LAST, true).with(Flags::EXT, true),
+            path_id: 1,
+            dest_qpn: 7,
+            path_psn: 1,
+            tsn: 1,
+            timestamp: 1,
+        },
+        body: Body::Request {
+            req: RequestRepr {
+                msn: 0,
+                ssn: 0,
+                offset: 0,
+                msg_len: 16,
+                imm: 0,
+                rkey: 0,
+                remote_va: 0,
+            },
+            atomic: None,
+            payload: &payload,
+        },
+        ack: Some(ack),
+    };
+    let mut buf = vec![0u8; send.buffer_len()];
+    send.emit(&mut buf).unwrap();
+    assert_eq!(PacketRepr::parse(&buf), Ok(send));
+    let ext = BaseRepr::LEN + RequestRepr::LEN;
+    assert_eq!(
+        (buf[ext] & 0x7f, buf[ext + 1], buf[ext + 2]),
+        (EXT_TYPE_ACK, 18, EXT_FLAG_CRITICAL)
+    );
+    // A NAK, an RNR timer or a probe answer may not ride along.
+    for (at, val) in [(4, Syndrome::NakRnr as u8), (5, 3), (7, ACK_FLAG_PROBE)] {
+        let mut b = buf.clone();
+        b[ext + EXT_HEADER_LEN + at] |= val;
+        assert_eq!(
+            PacketRepr::parse(&b),
+            Err(WireError::Malformed),
+            "field at {at}"
+        );
+    }
+    // Nor a shorter one.
+    let mut b = buf.clone();
+    b[ext + 1] = 17;
+    assert!(PacketRepr::parse(&b).is_err());
+    // Not on an ACK packet: emit refuses, parse discards.
+    let bare = PacketRepr {
+        body: Body::Ack(ack),
+        ack: Some(ack),
+        ..send
+    };
+    assert_eq!(bare.emit(&mut [0u8; 512]), Err(WireError::Malformed));
+    let mut plain = PacketRepr {
+        body: Body::Ack(ack),
+        ack: None,
+        ..send
+    };
+    plain.base.opcode = Opcode::Ack;
+    let mut b = vec![0u8; plain.buffer_len() + ACK_EXT_LEN];
+    plain.emit(&mut b).unwrap();
+    b[BaseRepr::LEN + AckRepr::LEN..].copy_from_slice(&buf[ext..ext + ACK_EXT_LEN]);
+    b[2] |= Flags::EXT; // the MRH flags byte (MR-3.2.4)
+    assert_eq!(PacketRepr::parse(&b), Err(WireError::Malformed));
 }

@@ -28,6 +28,32 @@ pub const EXT_MAX_TOTAL: usize = 256;
 /// Extension type 0: padding / no-op, understood by every implementation
 /// (MR-3.7.5). Extensions carry optional information (MR-3.7.1, MR-2.7.3).
 pub const EXT_TYPE_PAD: u8 = 0;
+/// Extension type 1: an acknowledgement carried by a data packet (MR-3.7.6).
+pub const EXT_TYPE_ACK: u8 = 1;
+/// Bytes of an extension header.
+pub const EXT_HEADER_LEN: usize = 4;
+
+/// Writes an extension header into `buf[..4]`: type `ty`, `len` bytes in all
+/// (header included, a multiple of 4), `more` if another extension follows.
+pub(crate) fn emit_ext_header(
+    buf: &mut [u8],
+    ty: u8,
+    len: usize,
+    more: bool,
+    critical: bool,
+) -> Result<(), WireError> {
+    if !len.is_multiple_of(4) || !(EXT_HEADER_LEN..=EXT_MAX_TOTAL).contains(&len) {
+        return Err(WireError::Malformed);
+    }
+    let h = buf
+        .get_mut(..EXT_HEADER_LEN)
+        .ok_or(WireError::BufferTooSmall)?;
+    h[0] = (ty & 0x7f) | if more { 0x80 } else { 0 };
+    h[1] = (len / 4) as u8;
+    h[2] = if critical { EXT_FLAG_CRITICAL } else { 0 };
+    h[3] = 0;
+    Ok(())
+}
 
 /// One extension of a chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,18 +128,4 @@ impl<'a> Iterator for ExtIter<'a> {
             data: this.get(4..).unwrap_or(&[]),
         }))
     }
-}
-
-/// Validates an extension chain and returns its length. Unknown critical
-/// extensions are rejected; this implementation understands only
-/// [`EXT_TYPE_PAD`].
-pub(crate) fn validate_chain(bytes: &[u8]) -> Result<usize, WireError> {
-    let mut it = ExtIter::new(bytes);
-    for e in it.by_ref() {
-        let e = e?;
-        if e.critical && e.ty != EXT_TYPE_PAD {
-            return Err(WireError::UnknownCriticalExtension);
-        }
-    }
-    Ok(it.consumed())
 }

@@ -32,8 +32,11 @@ pub use self::ack::{
     ACK_FLAG_PROBE, SACK_BITS, SACK_BYTES,
 };
 pub use self::base::{BaseHeader, BaseRepr, Flags, Opcode, MRH_VERSION};
-pub use self::ext::{ExtIter, Extension, EXT_FLAG_CRITICAL, EXT_MAX_TOTAL, EXT_TYPE_PAD};
-pub use self::packet::{Body, PacketRepr};
+pub use self::ext::{
+    ExtIter, Extension, EXT_FLAG_CRITICAL, EXT_HEADER_LEN, EXT_MAX_TOTAL, EXT_TYPE_ACK,
+    EXT_TYPE_PAD,
+};
+pub use self::packet::{Body, PacketRepr, ACK_EXT_LEN};
 pub use self::params::{
     ConnParams, ParamsBlock, MAX_MTU, MIN_MTU, PARAMS_FLAG_CREDIT, PARAMS_MAGIC,
 };

@@ -2,11 +2,15 @@
 //! payload, in that order (MR-3.1.1); header sizes are fixed per opcode
 //! (MR-3.1.4).
 
-use super::ext::validate_chain;
+use super::ext::{emit_ext_header, ExtIter, EXT_HEADER_LEN, EXT_TYPE_ACK, EXT_TYPE_PAD};
 use super::{
     AckHeader, AckRepr, AtomicHeader, AtomicRepr, BaseHeader, BaseRepr, Flags, Opcode,
-    RequestHeader, RequestRepr, ResponseHeader, ResponseRepr, UdHeader, UdRepr, WireError,
+    RequestHeader, RequestRepr, ResponseHeader, ResponseRepr, Syndrome, UdHeader, UdRepr,
+    WireError, ACK_FLAG_PROBE,
 };
+
+/// Bytes a piggybacked acknowledgement adds to a data packet (MR-3.7.6).
+pub const ACK_EXT_LEN: usize = EXT_HEADER_LEN + AckRepr::LEN;
 
 /// The opcode-specific part of a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +51,42 @@ pub struct PacketRepr<'a> {
     pub base: BaseRepr,
     /// Opcode-specific headers and payload.
     pub body: Body<'a>,
+    /// An acknowledgement carried in the extension chain of a request or
+    /// response (MR-3.7.6); `None` on every other packet.
+    pub ack: Option<AckRepr>,
+}
+
+/// Spec: MR-3.7.2, MR-3.7.4, MR-3.7.6 — walks an extension chain: its length
+/// and the piggybacked acknowledgement it carries, if any. `data_packet`: the
+/// chain belongs to a request or response, the only packets that may carry
+/// one.
+fn parse_chain(bytes: &[u8], data_packet: bool) -> Result<(usize, Option<AckRepr>), WireError> {
+    let mut it = ExtIter::new(bytes);
+    let mut ack = None;
+    for e in it.by_ref() {
+        let e = e?;
+        match e.ty {
+            EXT_TYPE_PAD => {}
+            EXT_TYPE_ACK => {
+                if !data_packet || ack.is_some() || e.data.len() != AckRepr::LEN {
+                    return Err(WireError::Malformed);
+                }
+                let a = AckRepr::parse(&AckHeader::new_checked(e.data)?)?;
+                // A piggybacked acknowledgement is a plain ACK: never a NAK
+                // (those go alone, MR-5.4.3) nor a probe answer.
+                if a.syndrome != Some(Syndrome::Ack)
+                    || a.rnr_timer != 0
+                    || a.flags & ACK_FLAG_PROBE != 0
+                {
+                    return Err(WireError::Malformed);
+                }
+                ack = Some(a);
+            }
+            _ if e.critical => return Err(WireError::UnknownCriticalExtension),
+            _ => {}
+        }
+    }
+    Ok((it.consumed(), ack))
 }
 
 fn split(bytes: &[u8], at: usize) -> Result<(&[u8], &[u8]), WireError> {
@@ -63,10 +103,13 @@ impl<'a> PacketRepr<'a> {
         let base = BaseRepr::parse(&BaseHeader::new_checked(bytes)?)?;
         let (_, rest) = split(bytes, BaseRepr::LEN)?;
         let op = base.opcode;
+        let data_packet = op.is_request() || op.is_response();
+        let mut ack = None;
         // Spec: MR-3.7.2 — the extension chain follows the opcode headers.
-        let skip_ext = |after: &'a [u8]| -> Result<&'a [u8], WireError> {
+        let mut skip_ext = |after: &'a [u8]| -> Result<&'a [u8], WireError> {
             if base.flags.has(Flags::EXT) {
-                let n = validate_chain(after)?;
+                let (n, a) = parse_chain(after, data_packet)?;
+                ack = a;
                 Ok(split(after, n)?.1)
             } else {
                 Ok(after)
@@ -132,12 +175,14 @@ impl<'a> PacketRepr<'a> {
                 }
             }
         };
-        Ok(PacketRepr { base, body })
+        Ok(PacketRepr { base, body, ack })
     }
 
-    /// Length of the headers `emit` writes (no extensions are emitted).
+    /// Length of the headers `emit` writes: the MRH, the opcode headers and
+    /// the extension chain (a piggybacked acknowledgement, if any).
     pub fn header_len(&self) -> usize {
         BaseRepr::LEN
+            + if self.ack.is_some() { ACK_EXT_LEN } else { 0 }
             + match self.body {
                 Body::Request { atomic, .. } => {
                     RequestRepr::LEN + if atomic.is_some() { AtomicRepr::LEN } else { 0 }
@@ -171,13 +216,17 @@ impl<'a> PacketRepr<'a> {
         if buf.len() < hl {
             return Err(WireError::BufferTooSmall);
         }
+        let data_packet = matches!(self.body, Body::Request { .. } | Body::Response { .. });
+        if self.ack.is_some() && !data_packet {
+            return Err(WireError::Malformed);
+        }
         let mut base = self.base;
-        base.flags = base.flags.with(Flags::EXT, false);
+        base.flags = base.flags.with(Flags::EXT, self.ack.is_some());
         base.emit(&mut BaseHeader::new_unchecked(&mut *buf))?;
         let rest = buf
             .get_mut(BaseRepr::LEN..)
             .ok_or(WireError::BufferTooSmall)?;
-        match self.body {
+        let opcode_len = match self.body {
             Body::Request { req, atomic, .. } => {
                 req.emit(&mut RequestHeader::new_unchecked(&mut *rest))?;
                 if let Some(a) = atomic {
@@ -185,12 +234,35 @@ impl<'a> PacketRepr<'a> {
                         .get_mut(RequestRepr::LEN..)
                         .ok_or(WireError::BufferTooSmall)?;
                     a.emit(&mut AtomicHeader::new_unchecked(r))?;
+                    RequestRepr::LEN + AtomicRepr::LEN
+                } else {
+                    RequestRepr::LEN
                 }
             }
-            Body::Response { rsp, .. } => rsp.emit(&mut ResponseHeader::new_unchecked(rest))?,
-            Body::Ack(a) => a.emit(&mut AckHeader::new_unchecked(rest))?,
-            Body::Probe => {}
-            Body::Datagram { ud, .. } => ud.emit(&mut UdHeader::new_unchecked(rest))?,
+            Body::Response { rsp, .. } => {
+                rsp.emit(&mut ResponseHeader::new_unchecked(&mut *rest))?;
+                ResponseRepr::LEN
+            }
+            Body::Ack(a) => {
+                a.emit(&mut AckHeader::new_unchecked(&mut *rest))?;
+                AckRepr::LEN
+            }
+            Body::Probe => 0,
+            Body::Datagram { ud, .. } => {
+                ud.emit(&mut UdHeader::new_unchecked(&mut *rest))?;
+                UdRepr::LEN
+            }
+        };
+        if let Some(a) = self.ack {
+            // Spec: MR-3.7.6 — one critical ACK extension, the whole chain.
+            let ext = rest
+                .get_mut(opcode_len..opcode_len + ACK_EXT_LEN)
+                .ok_or(WireError::BufferTooSmall)?;
+            emit_ext_header(ext, EXT_TYPE_ACK, ACK_EXT_LEN, false, true)?;
+            let data = ext
+                .get_mut(EXT_HEADER_LEN..)
+                .ok_or(WireError::BufferTooSmall)?;
+            a.emit(&mut AckHeader::new_unchecked(data))?;
         }
         Ok(hl)
     }
