@@ -170,7 +170,12 @@ pub(crate) struct ConnectParams {
     pub(crate) min_rnr_timer: u8,
     /// Congestion control's queueing-delay target (ns).
     pub(crate) cc_target_delay_ns: u32,
+    /// How long an acknowledgement may wait for a reply to carry it (µs).
+    pub(crate) reply_wait_us: u32,
 }
+
+/// The connections' `ack_delay` (µs): see [`Engine::connection_config`].
+pub(crate) const ACK_DELAY_US: u32 = 500;
 
 /// Counters the engine adds to (drained into the device's counters by the caller).
 #[derive(Clone, Copy, Default, Debug)]
@@ -191,6 +196,8 @@ pub(crate) struct EngineCounters {
     pub(crate) rx_invalid: u64,
     pub(crate) ecn_marked: u64,
     pub(crate) out_of_order: u64,
+    pub(crate) acks_sent: u64,
+    pub(crate) acks_piggybacked: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -440,6 +447,15 @@ impl Engine {
         self.to_error();
     }
 
+    /// Deadlines under a jiffy must be kept to the microsecond: an acknowledgement
+    /// waits for a reply only `reply_wait` long (spec MR-5.4.6). Otherwise the
+    /// engine's short deadlines (the delayed-ACK and tail-probe timers) may run
+    /// late by up to a jiffy, as they always have, sparing a timer reprogramming
+    /// per packet.
+    pub(crate) fn precise_timers(&self) -> bool {
+        self.conn.as_ref().is_some_and(|c| c.config().reply_wait.as_nanos() > 0)
+    }
+
     /// Counters accumulated since the last call.
     pub(crate) fn take_counters(&mut self) -> EngineCounters {
         let mut c = core::mem::take(&mut self.counters);
@@ -455,6 +471,8 @@ impl Engine {
             c.rx_invalid = s.rx_invalid.wrapping_sub(l.rx_invalid);
             c.ecn_marked = s.rx_ce.wrapping_sub(l.rx_ce);
             c.out_of_order = s.rx_out_of_order.wrapping_sub(l.rx_out_of_order);
+            c.acks_sent = s.tx_acks.wrapping_sub(l.tx_acks);
+            c.acks_piggybacked = s.tx_piggybacked.wrapping_sub(l.tx_piggybacked);
             self.last_stats = s;
         }
         c
@@ -497,7 +515,10 @@ impl Engine {
         // an ACK is due after `ack_every` packets of a path or at once on the last
         // packet of a message (ACK_REQ, MR-5.4.1); the delayed-ACK timer only
         // covers a burst that ends short of that.
-        cfg.ack_delay = Duration::from_micros(500);
+        cfg.ack_delay = Duration::from_micros(ACK_DELAY_US as u64);
+        // Spec: MR-5.4.6 — a request/response conversation carries its ACKs in
+        // the replies (one packet per message, as TCP's delayed ACK gives siw).
+        cfg.reply_wait = Duration::from_micros(p.reply_wait_us as u64);
         cfg.initial_rtt = Duration::from_micros(500);
         cfg.min_path_rto = Duration::from_millis(10);
         cfg.min_rto = Duration::from_millis(50);

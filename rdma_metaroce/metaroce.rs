@@ -46,6 +46,10 @@ module! {
             default: 1000,
             description: "Queueing delay (us) above the path's minimum RTT that congestion control reads as congestion, 1..100000",
         },
+        reply_wait_us: u32 {
+            default: 0,
+            description: "How long (us) an RC acknowledgement may wait for a reply to carry it while the QP is itself sending (spec MR-5.4.6), 0..500; 0 acknowledges every message at once",
+        },
         rc_mtu: u32 {
             default: 0,
             description: "Payload bytes per packet of RC connections: 0 uses the QP's path_mtu; 256..65000 uses up to that many where the netdev's MTU leaves room (every host of the fabric must carry such frames)",
@@ -55,6 +59,8 @@ module! {
 
 /// RoCEv2's UDP port; MetaRoCE must never use it (rxe and MetaRoCE run side by side).
 const ROCEV2_UDP_PORT: u16 = 4791;
+/// Longest `reply_wait_us`: the connections' `ack_delay` (spec MR-5.4.6).
+const MAX_REPLY_WAIT_US: u32 = crate::engine::ACK_DELAY_US;
 /// Largest number of paths a connection may use.
 const MAX_PATHS: u32 = 8;
 
@@ -79,6 +85,11 @@ impl kernel::Module for MetaRoce {
         let target = *module_parameters::cc_target_delay_us.value();
         if target == 0 || target > 100_000 {
             pr_err!("cc_target_delay_us={} is out of range 1..100000\n", target);
+            return Err(EINVAL);
+        }
+        let reply_wait = *module_parameters::reply_wait_us.value();
+        if reply_wait > MAX_REPLY_WAIT_US {
+            pr_err!("reply_wait_us={} is out of range 0..{}\n", reply_wait, MAX_REPLY_WAIT_US);
             return Err(EINVAL);
         }
         let rc_mtu = *module_parameters::rc_mtu.value();

@@ -57,6 +57,10 @@ pub(crate) enum Counter {
     EcnMarked,
     /// Data packets placed ahead of a missing earlier one (out-of-order placement).
     OutOfOrder,
+    /// Acknowledgements sent as packets of their own (ACKs and NAKs).
+    AcksSent,
+    /// Acknowledgements carried by data packets instead (spec MR-5.4.6).
+    AcksPiggybacked,
     /// Send doorbells: a process posted sends into a QP's mapped ring.
     Doorbells,
     /// Work requests a process posted through uverbs commands (SRQs, or a
@@ -67,7 +71,7 @@ pub(crate) enum Counter {
 }
 
 /// Counter names as shown by `rdma statistic show link DEV/1`.
-pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 23] = [
+pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 25] = [
     c"rx_packets",
     c"rx_bytes",
     c"rx_malformed",
@@ -88,6 +92,8 @@ pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 23] = [
     c"ud_dropped",
     c"ecn_marked",
     c"out_of_order",
+    c"acks_sent",
+    c"acks_piggybacked",
     c"doorbells",
     c"cmd_posts",
     c"cmd_polls",
@@ -154,6 +160,8 @@ pub(crate) fn account(c: &Counters, e: EngineCounters) {
         (Counter::UdDropped, e.rx_ud_dropped),
         (Counter::EcnMarked, e.ecn_marked),
         (Counter::OutOfOrder, e.out_of_order),
+        (Counter::AcksSent, e.acks_sent),
+        (Counter::AcksPiggybacked, e.acks_piggybacked),
     ] {
         if n != 0 {
             c.add(counter, n);

@@ -176,6 +176,18 @@ impl QpAttrs {
     }
 }
 
+/// How the data path of the device's connections is tuned (module parameters).
+pub(crate) struct Tuning {
+    /// Paths each connection sprays over.
+    pub(crate) num_paths: u8,
+    /// Congestion control's queueing-delay target (µs).
+    pub(crate) cc_target_delay_us: u32,
+    /// How long an acknowledgement may wait for a reply to carry it (µs).
+    pub(crate) reply_wait_us: u32,
+    /// RC payload bytes per packet beyond `path_mtu` ([`crate::device::rc_mtu_for`]).
+    pub(crate) rc_mtu: u32,
+}
+
 /// A queue pair (the driver's part of `struct ib_qp`).
 #[pin_data]
 pub(crate) struct Qp {
@@ -216,9 +228,8 @@ impl Qp {
     }
 
     /// Applies a `modify_qp` whose transition ib_core accepted, to the attributes and
-    /// then to the data path (`num_paths`, `cc_target_delay_us`: module parameters;
-    /// `rc_mtu`: [`crate::device::rc_mtu_for`]).
-    pub(crate) fn modify(&self, u: &QpUpdate, num_paths: u8, cc_target_delay_us: u32, rc_mtu: u32) -> Result {
+    /// then to the data path, tuned by `t`.
+    pub(crate) fn modify(&self, u: &QpUpdate, t: &Tuning) -> Result {
         let mut attrs = self.attrs.lock();
         let before = attrs.state;
         attrs.apply(u)?;
@@ -231,13 +242,14 @@ impl Qp {
             sq_psn: a.sq_psn_set.then_some(a.sq_psn),
             rq_psn: a.rq_psn,
             mtu: 128 << a.path_mtu,
-            rc_mtu,
-            num_paths,
+            rc_mtu: t.rc_mtu,
+            num_paths: t.num_paths,
             max_rd_atomic: a.max_rd_atomic,
             retry_cnt: a.retry_cnt,
             rnr_retry: a.rnr_retry,
             min_rnr_timer: a.min_rnr_timer,
-            cc_target_delay_ns: cc_target_delay_us.saturating_mul(1000),
+            cc_target_delay_ns: t.cc_target_delay_us.saturating_mul(1000),
+            reply_wait_us: t.reply_wait_us,
         };
         match u.state {
             Some(QpState::Reset) => eng.to_reset(),

@@ -376,10 +376,11 @@ fn now() -> Instant {
 /// time the engine spinlock is held; the work requeues itself if more are waiting).
 const RX_BUDGET: usize = 64;
 
-/// The work item of a QP: runs the QP for its timers and for whatever could not be
-/// done where it arrived (see [`run_qp`]).
+/// The work item (and short timer) of a QP: runs the QP for its timers and for
+/// whatever could not be done where it arrived (see [`run_qp`]).
 unsafe extern "C" fn qp_run_cb(owner: *mut c_void) {
-    // SAFETY: The work only runs between `qp_start` and `qp_stop` (which cancels it).
+    // SAFETY: The work and the timer only run between `qp_start` and `qp_stop` (which
+    // cancels both), in process context or softirq.
     unsafe { run_qp(owner.cast(), Origin::Work) };
 }
 
@@ -409,7 +410,8 @@ const MAX_ROUNDS: u32 = 16;
 /// Handing every event to the work item instead costs a scheduler round trip per
 /// hop; a worker woken while the CPU busy-polls in user space (as latency tests and
 /// most RDMA applications do) waits for the next tick, which made every one-way
-/// latency about one jiffy. The work item remains for timers, for posts from
+/// latency about one jiffy. The work item remains for timers (deadlines under a
+/// jiffy, such as an ACK waiting for a reply, run from an hrtimer in softirq), for posts from
 /// contexts that may not transmit (IRQs off) and for runs over `MAX_ROUNDS`.
 ///
 /// # Safety
@@ -431,7 +433,7 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) {
         rounds += 1;
         let mut io = WorkIo { dev, qp: ib, notify: [false; 2], overflow: [false; 2] };
         let mut again = false;
-        let (t, next) = {
+        let (t, next, precise) = {
             let mut eng = qp.engine.lock();
             // Read under the lock: runs on two CPUs must hand the engine ordered times.
             let t = now();
@@ -459,7 +461,7 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) {
             let next = eng.run(&sh, &mut io, t, !again, ack_clocked);
             eng.publish_consumed();
             crate::net::account(&data.counters, eng.take_counters());
-            (t, next)
+            (t, next, eng.precise_timers())
         };
         io.fire();
         if srq.is_some_and(|s| s.take_limit_event()) {
@@ -474,8 +476,10 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) {
         unsafe {
             match next {
                 _ if due => raw::mrc_qp_io_kick(io_ctx),
-                Some(when) => raw::mrc_qp_io_arm(io_ctx, (when.as_nanos() - t.as_nanos()).div_ceil(1000)),
-                None => {}
+                Some(when) => {
+                    raw::mrc_qp_io_arm(io_ctx, (when.as_nanos() - t.as_nanos()).div_ceil(1000), precise)
+                }
+                None => raw::mrc_qp_io_disarm(io_ctx),
             }
         }
         return;

@@ -15,6 +15,7 @@
 #include <net/ip6_route.h>
 #include <net/ipv6.h>
 #include <linux/workqueue.h>
+#include <linux/hrtimer.h>
 #include <linux/scatterlist.h>
 #include <linux/uaccess.h>
 #include <linux/vmalloc.h>
@@ -238,11 +239,19 @@ void mrc_wq_fini(void)
 
 struct mrc_qp_io {
 	struct delayed_work work;
+	/*
+	 * Deadlines shorter than a jiffy (an acknowledgement waiting for a reply,
+	 * spec MR-5.4.6): a delayed work would round them up to a whole jiffy and
+	 * then wake a worker; this runs the QP in softirq on the arming CPU.
+	 */
+	struct hrtimer timer;
 	struct sk_buff_head rxq;
 	void *owner;
 	void (*run)(void *owner);
 	/* The CPU the QP's datagrams last arrived on (-1: none yet). */
 	int home;
+	/* Set by mrc_qp_io_free: nothing arms, kicks or runs any more. */
+	bool dying;
 };
 
 /*
@@ -263,7 +272,17 @@ static void mrc_qp_io_fn(struct work_struct *w)
 {
 	struct mrc_qp_io *io = container_of(to_delayed_work(w), struct mrc_qp_io, work);
 
-	io->run(io->owner);
+	if (!READ_ONCE(io->dying))
+		io->run(io->owner);
+}
+
+static enum hrtimer_restart mrc_qp_io_timer_fn(struct hrtimer *t)
+{
+	struct mrc_qp_io *io = container_of(t, struct mrc_qp_io, timer);
+
+	if (!READ_ONCE(io->dying))
+		io->run(io->owner);
+	return HRTIMER_NORESTART;
 }
 
 struct mrc_qp_io *mrc_qp_io_new(void *owner, void (*run)(void *owner))
@@ -273,6 +292,7 @@ struct mrc_qp_io *mrc_qp_io_new(void *owner, void (*run)(void *owner))
 	if (!io)
 		return NULL;
 	INIT_DELAYED_WORK(&io->work, mrc_qp_io_fn);
+	hrtimer_setup(&io->timer, mrc_qp_io_timer_fn, CLOCK_MONOTONIC, HRTIMER_MODE_REL_PINNED_SOFT);
 	skb_queue_head_init(&io->rxq);
 	io->owner = owner;
 	io->run = run;
@@ -282,12 +302,29 @@ struct mrc_qp_io *mrc_qp_io_new(void *owner, void (*run)(void *owner))
 
 void mrc_qp_io_kick(struct mrc_qp_io *io)
 {
+	if (READ_ONCE(io->dying))
+		return;
 	mod_delayed_work_on(mrc_qp_io_home(io), mrc_wq, &io->work, 0);
 }
 
-void mrc_qp_io_arm(struct mrc_qp_io *io, u64 usecs)
+void mrc_qp_io_arm(struct mrc_qp_io *io, u64 usecs, bool precise)
 {
+	if (READ_ONCE(io->dying))
+		return;
+	if (precise && usecs < jiffies_to_usecs(1)) {
+		/* The engine asks for its earliest deadline: re-arming moves the timer. */
+		hrtimer_start(&io->timer, ns_to_ktime(usecs * NSEC_PER_USEC),
+			      HRTIMER_MODE_REL_PINNED_SOFT);
+		return;
+	}
+	/* An earlier short deadline has been met: spare the run it would cost. */
+	hrtimer_try_to_cancel(&io->timer);
 	queue_delayed_work_on(mrc_qp_io_home(io), mrc_wq, &io->work, usecs_to_jiffies(usecs));
+}
+
+void mrc_qp_io_disarm(struct mrc_qp_io *io)
+{
+	hrtimer_try_to_cancel(&io->timer);
 }
 
 void mrc_qp_io_rx_push(struct mrc_qp_io *io, struct sk_buff *skb)
@@ -303,6 +340,16 @@ struct sk_buff *mrc_qp_io_rx_pop(struct mrc_qp_io *io)
 
 void mrc_qp_io_free(struct mrc_qp_io *io)
 {
+	/*
+	 * A run that began before `dying` was seen may still arm the timer or
+	 * queue the work once, so each is cancelled again after the other has
+	 * finished; runs that begin later return at once.
+	 */
+	WRITE_ONCE(io->dying, true);
+	smp_mb();
+	hrtimer_cancel(&io->timer);
+	cancel_delayed_work_sync(&io->work);
+	hrtimer_cancel(&io->timer);
 	cancel_delayed_work_sync(&io->work);
 	skb_queue_purge(&io->rxq);
 	kfree(io);

@@ -91,20 +91,24 @@ int mrc_wq_init(void);
 void mrc_wq_fini(void);
 
 /* Per-QP I/O context: a delayed work item that calls `run(owner)` in process
- * context on the module's workqueue, and a queue of received datagrams (whose
+ * context on the module's workqueue (and, for deadlines under a jiffy, an
+ * hrtimer that calls it in softirq), and a queue of received datagrams (whose
  * spinlock is IRQ-safe, so the softirq receive path may push to it). */
 struct mrc_qp_io;
 struct mrc_qp_io *mrc_qp_io_new(void *owner, void (*run)(void *owner));
 /* Runs the work as soon as possible (pulls a pending timer forward). */
 void mrc_qp_io_kick(struct mrc_qp_io *io);
-/* Runs the work after `usecs` unless it is already pending. */
-void mrc_qp_io_arm(struct mrc_qp_io *io, u64 usecs);
+/* Runs the QP after `usecs`: when `precise` and under a jiffy from the hrtimer
+ * (re-armed), else from the work (at jiffy resolution) unless it is already pending. */
+void mrc_qp_io_arm(struct mrc_qp_io *io, u64 usecs, bool precise);
+/* Cancels a pending short (hrtimer) deadline: the engine has none left. */
+void mrc_qp_io_disarm(struct mrc_qp_io *io);
 /* Queues a received skb (from softirq; this CPU becomes the work's home). Takes ownership. */
 void mrc_qp_io_rx_push(struct mrc_qp_io *io, struct sk_buff *skb);
 /* The oldest queued skb, or NULL. */
 struct sk_buff *mrc_qp_io_rx_pop(struct mrc_qp_io *io);
-/* Cancels the work (waiting for a running one), drops queued skbs, frees. Process
- * context; nobody may push or kick afterwards. */
+/* Cancels the work and the timer (waiting for running ones), drops queued skbs,
+ * frees. Process context; nobody may push or kick afterwards. */
 void mrc_qp_io_free(struct mrc_qp_io *io);
 
 /* ktime_get_ns() */

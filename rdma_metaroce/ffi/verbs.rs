@@ -612,13 +612,16 @@ unsafe extern "C" fn modify_qp_cb(
         min_rnr_timer: opt(raw::ib_qp_attr_mask_IB_QP_MIN_RNR_TIMER).then_some(a.min_rnr_timer),
         dest_qpn: opt(raw::ib_qp_attr_mask_IB_QP_DEST_QPN).then_some(a.dest_qp_num),
     };
-    let paths = *crate::module_parameters::num_paths.value() as u8;
-    let target = *crate::module_parameters::cc_target_delay_us.value();
     // SAFETY: A live QP's device.
     let dev = unsafe { IbDev::from_raw((*ib).device) };
     let netdev_mtu = dev.with_netdev(|n| n.mtu()).unwrap_or(0);
-    let rc_mtu = crate::device::rc_mtu_for(*crate::module_parameters::rc_mtu.value(), netdev_mtu);
-    let ret = match qp.modify(&u, paths, target, rc_mtu) {
+    let tuning = crate::qp::Tuning {
+        num_paths: *crate::module_parameters::num_paths.value() as u8,
+        cc_target_delay_us: *crate::module_parameters::cc_target_delay_us.value(),
+        reply_wait_us: *crate::module_parameters::reply_wait_us.value(),
+        rc_mtu: crate::device::rc_mtu_for(*crate::module_parameters::rc_mtu.value(), netdev_mtu),
+    };
+    let ret = match qp.modify(&u, &tuning) {
         Ok(()) => 0,
         Err(e) => e.to_errno(),
     };

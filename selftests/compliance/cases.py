@@ -1221,6 +1221,59 @@ def t_ack_future_ignored(T):
         check(c and c[0]["status"] == WC_SUCCESS, "no completion after a proper ACK: %s", c)
 
 
+def carried_ack(r, msn=0, syndrome=0, flags=0, rnr_timer=0):
+    """An ACK extension (MR-3.7.6) acknowledging DUT packet r (and messages before
+    `msn` as delivered), for a request."""
+    cum = (r.p.tsn + 1) & 0xFFFFFFFF
+    a = M.ACKH(cum_tsn=cum, syndrome=syndrome, rnr_timer=rnr_timer, echo_path=r.p.path,
+               ack_flags=flags, msn=msn, echo_psn=r.p.psn, echo_ts=r.p.ts, rcv_count=1,
+               sack=M.sack_bitmap(cum, ()))
+    return M.ext(1, bytes(a), critical=True)
+
+
+@case("MR-3.7.6 MR-5.4.6",
+      "an ACK carried by a WRITE completes the DUT's WRITE, and the carrying WRITE is placed")
+def t_carried_ack(T):
+    with link(T, paths=1) as L:
+        rkey, va = mr(T, "w")
+        post(T, L, 1, "write", len=100, va=0, rkey=1)
+        rx = collect(L, 1, 1.0, first_tx)
+        check(rx, "no packet")
+        t = L.req(WRITE, payload=b"carry", rkey=rkey, va=va, msn=0, ext=carried_ack(rx[0], msn=1))
+        L.msn = 1
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check(c and c[0]["status"] == WC_SUCCESS, "the carried ACK did not complete the WRITE: %s", c)
+        check(L.cum_reaches((t + 1) & 0xFFFFFFFF) is not None, "carrying WRITE not acknowledged")
+        check(T.dut.mem_read(rkey, 0, 5) == b"carry", "carrying WRITE not placed: %s",
+              T.dut.mem_read(rkey, 0, 5))
+
+
+@case("MR-3.7.6 MR-3.1.5",
+      "an ACK extension that is a NAK, names an RNR timer or a probe, or rides on an ACK "
+      "packet, is discarded with its packet")
+def t_carried_ack_checked(T):
+    class Fake:
+        class p:
+            tsn, path, psn, ts = 0, 0, 0, 0
+
+    def v(L, rkey, va):
+        out = []
+        for kw in (dict(syndrome=1), dict(syndrome=3), dict(rnr_timer=4), dict(flags=2)):
+            out.append((bytes(good_write(L, rkey, va, ext=carried_ack(Fake, **kw))), 0))
+        twice = bytearray(carried_ack(Fake))
+        twice[0] |= 0x80                                            # more: a second follows
+        out.append((bytes(good_write(L, rkey, va, ext=bytes(twice) + carried_ack(Fake))), 0))
+        short = bytearray(carried_ack(Fake)[:-4])
+        short[1] -= 1                                               # 17 words
+        out.append((bytes(good_write(L, rkey, va, ext=bytes(short))), 0))
+        on_ack = bytearray(bytes(L.mrh(0x20, path=0, psn=0, tsn=0) / M.ACKH(echo_path=0)) +
+                           carried_ack(Fake))
+        on_ack[2] |= M.F_EXT
+        out.append((bytes(on_ack), 0))
+        return out
+    malformed(T, v, what="a bad carried ACK")
+
+
 def bad_ack_ignored(T, **ackkw):
     with link(T) as L:
         post(T, L, 1, "write", len=100, va=0, rkey=1)

@@ -53,4 +53,27 @@ rc_mtu_case 9000 9000 6000
 # Beyond Ethernet's jumbo frames, on a virtual link whose MTU allows it (MR-2.6.1
 # allows up to 65000): 64 KiB messages travel as two 32 KiB packets.
 rc_mtu_case 32768 65535 24000
+
+# reply_wait_us (spec MR-5.4.6): in a request/response exchange the answers carry
+# the acknowledgements, so most ACKs never travel as packets of their own; the data
+# is checked, and a one-way stream (no answers to wait for) still completes.
+reply_wait_case() {
+    local acks0 carried0 acks carried
+    check "load rdma_metaroce reply_wait_us=50" mrc_insmod reply_wait_us=50
+    mk_hosts
+    check "rdma link add $VB_DEV_A and $VB_DEV_B" vb_links_add
+    check "both devices have their RoCE v2 GID" wait_for 10 vb_find_gids
+    vb_find_gids
+    acks0=$(vb_counter "$VB_DEV_A" acks_sent) carried0=$(vb_counter "$VB_DEV_A" acks_piggybacked)
+    vb_pingpong " with reply_wait_us=50" ibv_rc_pingpong -s 64
+    vb_perftest " with reply_wait_us=50" ib_send_lat -s 8
+    acks=$(( $(vb_counter "$VB_DEV_A" acks_sent) - acks0 ))
+    carried=$(( $(vb_counter "$VB_DEV_A" acks_piggybacked) - carried0 ))
+    ktap_diag "$VB_DEV_A: $acks ACK packets, $carried ACKs carried by its answers"
+    check "most of $VB_DEV_A's ACKs rode on its answers" test "$carried" -gt "$acks"
+    vb_perftest " with reply_wait_us=50" ib_write_bw -s 65536
+    vb_links_del; rm_hosts
+    check "rmmod rdma_metaroce (reply_wait_us=50)" rmmod rdma_metaroce
+}
+reply_wait_case
 ktap_finish
