@@ -194,6 +194,9 @@ pub(crate) struct Qp {
     pub(crate) qpn: u32,
     pub(crate) ty: QpType,
     pub(crate) caps: QpCaps,
+    /// Its process posts work requests into rings mapped into it (fixed at
+    /// creation): a post is a doorbell, and needs no look at the engine to say so.
+    pub(crate) mapped: bool,
     /// Verbs attributes; changed only by `modify_qp` (process context).
     #[pin]
     attrs: Mutex<QpAttrs>,
@@ -208,10 +211,12 @@ pub(crate) struct Qp {
 
 impl Qp {
     pub(crate) fn new(qpn: u32, ty: QpType, caps: QpCaps, engine: crate::engine::Engine) -> impl PinInit<Self> {
+        let mapped = engine.has_user_queues();
         pin_init!(Self {
             qpn,
             ty,
             caps,
+            mapped,
             attrs <- new_mutex!(QpAttrs::new(), "metaroce_qp_attrs"),
             engine <- crate::ffi::new_spinlock_bh!(engine, "metaroce_qp_engine"),
         })

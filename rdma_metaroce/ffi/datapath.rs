@@ -393,6 +393,9 @@ enum Origin {
     Received,
     /// Its process rang the doorbell or posted through a command (system call).
     Doorbell,
+    /// Its process rang the doorbell of its mapped send ring: the run happens only
+    /// if the QP takes sends in its state.
+    MappedDoorbell,
 }
 
 /// Rounds one run may take before leaving the rest to the work item (bounds the
@@ -414,11 +417,14 @@ const MAX_ROUNDS: u32 = 16;
 /// jiffy, such as an ACK waiting for a reply, run from an hrtimer in softirq), for posts from
 /// contexts that may not transmit (IRQs off) and for runs over `MAX_ROUNDS`.
 ///
+/// False, having done nothing, for a [`Origin::MappedDoorbell`] of a QP that does not
+/// take sends in its state; true otherwise.
+///
 /// # Safety
 ///
 /// `ib` is a live QP of this driver between `qp_start` and `qp_stop`, and the caller
 /// is in process context with interrupts enabled or in softirq.
-unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) {
+unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
     // SAFETY: Per the contract the QP, its device and its io context are alive.
     let (dev, qp, io_ctx) = unsafe { (IbDev::from_raw((*ib).device), qp_of(ib), qp_alloc_io(ib)) };
     let data = dev.data();
@@ -435,6 +441,9 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) {
         let mut again = false;
         let (t, next, precise) = {
             let mut eng = qp.engine.lock();
+            if origin == Origin::MappedDoorbell && rounds == 1 && !eng.accepts_sends() {
+                return false;
+            }
             // Read under the lock: runs on two CPUs must hand the engine ordered times.
             let t = now();
             eng.pull_posted(&mut io);
@@ -457,7 +466,8 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) {
                     raw::mrc_kfree_skb(skb);
                 }
             }
-            let ack_clocked = origin == Origin::Doorbell && rounds == 1;
+            let doorbell = matches!(origin, Origin::Doorbell | Origin::MappedDoorbell);
+            let ack_clocked = doorbell && rounds == 1;
             let next = eng.run(&sh, &mut io, t, !again, ack_clocked);
             eng.publish_consumed();
             crate::net::account(&data.counters, eng.take_counters());
@@ -482,7 +492,7 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) {
                 None => raw::mrc_qp_io_disarm(io_ctx),
             }
         }
-        return;
+        return true;
     }
 }
 
@@ -723,20 +733,16 @@ pub(super) unsafe extern "C" fn post_send_cb(
     // SAFETY: ib_core calls post ops on live QPs of this driver.
     let qp = unsafe { qp_of(ib) };
     let mut ret = 0;
-    let (mapped, accepts) = {
-        let e = qp.engine.lock();
-        (e.has_user_queues(), e.accepts_sends())
-    };
-    if mapped {
+    if qp.mapped {
         // The doorbell of a QP whose process posts into its mapped send ring: a
-        // post with no work requests, in a sending state. Requests passed here as
-        // well would overtake those in the ring.
-        let ret = if !wr.is_null() || !accepts {
+        // post with no work requests, in a sending state (checked by the run, under
+        // the engine lock it takes anyway). Requests passed here as well would
+        // overtake those in the ring.
+        // SAFETY: Live QP; a doorbell is a system call of the owning process
+        // (process context, interrupts enabled).
+        let ret = if !wr.is_null() || !unsafe { run_qp(ib, Origin::MappedDoorbell) } {
             EINVAL.to_errno()
         } else {
-            // SAFETY: Live QP; a doorbell is a system call of the owning process
-            // (process context, interrupts enabled).
-            unsafe { run_qp(ib, Origin::Doorbell) };
             // SAFETY: A live QP's device.
             let dev = unsafe { IbDev::from_raw((*ib).device) };
             dev.data().counters.add(crate::net::Counter::Doorbells, 1);
@@ -835,7 +841,7 @@ pub(super) unsafe extern "C" fn post_recv_cb(
     let qp = unsafe { qp_of(ib) };
     // SAFETY: `ib` is alive. A QP on an SRQ has no receive queue of its own, and
     // one whose process posts into a mapped ring takes nothing through here.
-    let no_own_rq = unsafe { !(*ib).srq.is_null() } || qp.engine.lock().has_user_queues();
+    let no_own_rq = unsafe { !(*ib).srq.is_null() } || qp.mapped;
     // SAFETY: `ib` is alive; `uobject` tells a process's QP from a kernel one.
     let user = unsafe { !(*ib).uobject.is_null() };
     // SAFETY: ib_core passes a valid WR list and out pointer.

@@ -433,9 +433,18 @@ int mrc_udp_xmit4_skb(struct socket *sock, __be32 saddr, __be32 daddr, u16 sport
 		kfree_skb(skb);
 		return err;
 	}
-	/* The route chose the source address if the caller left it 0. */
+	/*
+	 * The route chose the source address if the caller left it 0. The tunnel
+	 * transmit counts its recursion per CPU (iptunnel_xmit), so it must not
+	 * migrate: bottom halves stay off around it, as in a device's xmit. The
+	 * engine calls this under its _bh lock; a caller in plain process context
+	 * would leak the counter until the CPU drops every packet it sends
+	 * ("Dead loop on virtual device").
+	 */
+	local_bh_disable();
 	udp_tunnel_xmit_skb(rt, sk, skb, fl.saddr, daddr, tos, ip4_dst_hoplimit(&rt->dst),
 			    0, htons(sport), htons(dport), false, false, 0);
+	local_bh_enable();
 	return 0;
 }
 
@@ -465,9 +474,14 @@ int mrc_udp_xmit6_skb(struct socket *sock, const u8 saddr[16], const u8 daddr[16
 		kfree_skb(skb);
 		return err;
 	}
-	/* The lookup chose the source address if the caller left it unspecified. */
+	/*
+	 * The lookup chose the source address if the caller left it unspecified.
+	 * Bottom halves off, as for IPv4 (mrc_udp_xmit4_skb).
+	 */
+	local_bh_disable();
 	udp_tunnel6_xmit_skb(dst, sk, skb, dst->dev, &fl6.saddr, &fl6.daddr, tclass,
 			     ip6_dst_hoplimit(dst), 0, htons(sport), htons(dport), false, 0);
+	local_bh_enable();
 	return 0;
 }
 

@@ -6,7 +6,8 @@
 # AB_TCP=1 adds iperf3 on the same link as the reference; AB_RPS=MASK sets both veths'
 # receive packet steering CPU mask first; AB_NETEM="ARGS" puts netem ARGS on both veths;
 # AB_NETEMS="none|loss 1%|..." alternates netem settings instead; AB_TOOLS="ib_write_bw|
-# ib_read_bw" alternates perftest tools. Each run prints MetaRoCE's port counters.
+# ib_read_bw" alternates perftest tools; AB_ROUNDS (default 3) repeats the whole set.
+# Each run prints MetaRoCE's port counters.
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 . $HERE/lib/ktap.sh; . $HERE/lib/net.sh
 VB_LOGDIR=/tmp/vb; mkdir -p $VB_LOGDIR
@@ -47,7 +48,7 @@ tcp() { # iperf3 on the same link, one stream, 5 s
   wait
 }
 IFS='|' read -ra netems <<< "${AB_NETEMS:-none}"
-for i in 1 2 3; do
+for i in $(seq ${AB_ROUNDS:-3}); do
  for nm in "${netems[@]}"; do
   if [ -n "${AB_NETEMS:-}" ]; then
     for d in "hostA veth0" "hostB veth1"; do set -- $d; ip netns exec $1 tc qdisc del dev $2 root 2>/dev/null; done
@@ -64,7 +65,7 @@ for i in 1 2 3; do
       IFS='|' read -ra tools <<< "${AB_TOOLS:-${AB_TOOL:-ib_write_bw}}"
       for AB_TOOL in "${tools[@]}"; do echo "--- $AB_TOOL"; run $ko 1 "$rc" "$extra"; run $ko 4 "$rc" "$extra"; done
     done
-    [ -n "${AB_TCP:-}" ] && tcp "${m%%:*}"
+    if [ -n "${AB_TCP:-}" ]; then tcp "${m%%:*}"; fi
   done
  done
 done
