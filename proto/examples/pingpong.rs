@@ -14,11 +14,13 @@ mod common;
 use common::VecMemory;
 use metaroce_proto::{Config, Connection, Instant, RecvWr, SendWr};
 
-/// One side: its connection, memory and a transmit buffer.
+/// One side: its connection, memory, a transmit buffer and the messages it
+/// has received.
 struct Side {
     conn: Box<Connection>,
     mem: VecMemory,
     buf: Vec<u8>,
+    recvs: u64,
 }
 
 impl Side {
@@ -29,6 +31,7 @@ impl Side {
             conn,
             mem: VecMemory::new(),
             buf,
+            recvs: 0,
         }
     }
 
@@ -39,6 +42,46 @@ impl Side {
         self.conn
             .post_recv(RecvWr { wr_id, len: 64 })
             .expect("receive queue has room");
+    }
+
+    /// Posts an 8-byte SEND and transmits what is due.
+    fn send(&mut self, now: u64, wr_id: u64, wire: &mut Vec<(u16, Vec<u8>)>) {
+        self.mem.set_local(wr_id, vec![wr_id as u8; 8]);
+        self.conn
+            .post_send(SendWr::send(wr_id, 8))
+            .expect("send queue has room");
+        self.run(now, wire);
+    }
+
+    /// Takes the packets that reached this side and answers every message
+    /// received with one of its own (numbered from `next_wr`); then runs the
+    /// timers that came due (delayed ACKs), as the engine's work would.
+    fn receive(
+        &mut self,
+        now: u64,
+        packets: &mut Vec<(u16, Vec<u8>)>,
+        wire: &mut Vec<(u16, Vec<u8>)>,
+        next_wr: &mut u64,
+    ) {
+        for (port, pkt) in packets.drain(..) {
+            self.conn
+                .handle_datagram(Instant(now), port, false, &pkt, &mut self.mem);
+            let (_, received) = self.run(now, wire);
+            for _ in 0..received {
+                self.recvs += 1;
+                self.post_recv(self.recvs);
+                *next_wr += 1;
+                self.send(now, *next_wr, wire);
+            }
+        }
+        if self
+            .conn
+            .poll_timeout()
+            .is_some_and(|t| t.as_nanos() <= now)
+        {
+            self.conn.handle_timeout(Instant(now));
+            self.run(now, wire);
+        }
     }
 
     /// Sends everything due now into `wire`; returns the completions seen.
@@ -68,65 +111,20 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(20_000);
     let (mut a, mut b) = (Side::new(1, 2), Side::new(2, 1));
-    let mut now = 0u64;
-    let mut wire = Vec::new();
-    let (mut a_recvs, mut b_recvs) = (0u64, 0u64);
+    let (mut to_a, mut to_b) = (Vec::new(), Vec::new());
     let mut next_wr = 1u64;
     a.post_recv(0);
     b.post_recv(0);
     let start = std::time::Instant::now();
     // A sends; every message B receives is answered; every answer A receives
     // starts the next round trip. The wire delivers each packet 10 µs later.
-    a.mem.set_local(next_wr, vec![1; 8]);
-    a.conn
-        .post_send(SendWr::send(next_wr, 8))
-        .expect("send queue has room");
-    a.run(now, &mut wire);
-    let mut to_b = core::mem::take(&mut wire);
-    let mut to_a = Vec::new();
-    while a_recvs < round_trips {
+    let mut now = 0u64;
+    a.send(now, next_wr, &mut to_b);
+    while a.recvs < round_trips {
         now += 10_000;
-        for (port, pkt) in to_b.drain(..) {
-            b.conn
-                .handle_datagram(Instant(now), port, false, &pkt, &mut b.mem);
-            let (_, r) = b.run(now, &mut wire);
-            for _ in 0..r {
-                b_recvs += 1;
-                b.post_recv(b_recvs);
-                next_wr += 1;
-                b.mem.set_local(next_wr, vec![2; 8]);
-                b.conn
-                    .post_send(SendWr::send(next_wr, 8))
-                    .expect("send queue has room");
-                b.run(now, &mut wire);
-            }
-        }
-        to_a.append(&mut wire);
+        b.receive(now, &mut to_b, &mut to_a, &mut next_wr);
         now += 10_000;
-        for (port, pkt) in to_a.drain(..) {
-            a.conn
-                .handle_datagram(Instant(now), port, false, &pkt, &mut a.mem);
-            let (_, r) = a.run(now, &mut wire);
-            for _ in 0..r {
-                a_recvs += 1;
-                a.post_recv(a_recvs);
-                next_wr += 1;
-                a.mem.set_local(next_wr, vec![1; 8]);
-                a.conn
-                    .post_send(SendWr::send(next_wr, 8))
-                    .expect("send queue has room");
-                a.run(now, &mut wire);
-            }
-        }
-        to_b.append(&mut wire);
-        // Timers that came due (delayed ACKs) run as the engine's work would.
-        for s in [&mut a, &mut b] {
-            if s.conn.poll_timeout().is_some_and(|t| t.as_nanos() <= now) {
-                s.conn.handle_timeout(Instant(now));
-                s.run(now, &mut wire);
-            }
-        }
-        to_b.append(&mut wire);
+        a.receive(now, &mut to_a, &mut to_b, &mut next_wr);
     }
     let el = start.elapsed().as_nanos() as f64;
     let (sa, sb) = (a.conn.stats(), b.conn.stats());
