@@ -6,7 +6,8 @@
 # AB_TCP=1 adds iperf3 on the same link as the reference; AB_RPS=MASK sets both veths'
 # receive packet steering CPU mask first; AB_NETEM="ARGS" puts netem ARGS on both veths;
 # AB_NETEMS="none|loss 1%|..." alternates netem settings instead; AB_TOOLS="ib_write_bw|
-# ib_read_bw" alternates perftest tools; AB_ROUNDS (default 3) repeats the whole set.
+# ib_read_bw" alternates perftest tools; AB_QPS (default "1 4") the QP counts; AB_ROUNDS
+# (default 3) repeats the whole set.
 # Each run prints MetaRoCE's port counters.
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 . $HERE/lib/ktap.sh; . $HERE/lib/net.sh
@@ -63,7 +64,10 @@ for i in $(seq ${AB_ROUNDS:-3}); do
     rc=${m#*:}; extra=; [ "$rc" != "${rc#*:}" ] && extra=${rc#*:} && rc=${rc%%:*}
     for ko in ${AB_KOS:?AB_KOS="A.ko B.ko": the two module builds to compare}; do
       IFS='|' read -ra tools <<< "${AB_TOOLS:-${AB_TOOL:-ib_write_bw}}"
-      for AB_TOOL in "${tools[@]}"; do echo "--- $AB_TOOL"; run $ko 1 "$rc" "$extra"; run $ko 4 "$rc" "$extra"; done
+      for AB_TOOL in "${tools[@]}"; do
+        echo "--- $AB_TOOL"
+        for q in ${AB_QPS:-1 4}; do run $ko $q "$rc" "$extra"; done
+      done
     done
     if [ -n "${AB_TCP:-}" ]; then tcp "${m%%:*}"; fi
   done
