@@ -56,7 +56,7 @@ fn without_the_allowance_responses_from_elsewhere_are_not_accepted() {
     shuttle(&mut a, &mut b, &mut ma, &mut mb);
     assert!(a
         .poll_completion()
-        .map_or(true, |c| c.status != WcStatus::Success));
+        .is_none_or(|c| c.status != WcStatus::Success));
 }
 
 #[test]
@@ -105,7 +105,7 @@ fn no_adoption_once_a_packet_from_the_peer_was_accepted() {
     shuttle(&mut a, &mut b, &mut ma, &mut mb);
     assert!(
         a.poll_completion()
-            .map_or(true, |c| c.status != WcStatus::Success),
+            .is_none_or(|c| c.status != WcStatus::Success),
         "READ response from the derived TSN accepted after a packet at the told TSN"
     );
 }
