@@ -188,6 +188,7 @@ pub(crate) struct EngineCounters {
     /// From the connection's statistics (deltas since the last report):
     pub(crate) retransmits: u64,
     pub(crate) path_timeouts: u64,
+    pub(crate) path_timeouts_overtaken: u64,
     pub(crate) rto_timeouts: u64,
     pub(crate) tail_probes: u64,
     pub(crate) sack_recovered: u64,
@@ -463,6 +464,7 @@ impl Engine {
             let (s, l) = (*conn.stats(), self.last_stats);
             c.retransmits = s.tx_retx.wrapping_sub(l.tx_retx);
             c.path_timeouts = s.path_timeouts.wrapping_sub(l.path_timeouts);
+            c.path_timeouts_overtaken = s.path_timeouts_overtaken.wrapping_sub(l.path_timeouts_overtaken);
             c.rto_timeouts = s.rto.wrapping_sub(l.rto);
             c.tail_probes = s.tlp.wrapping_sub(l.tlp);
             c.sack_recovered = s.lost_detected.wrapping_sub(l.lost_detected);
@@ -603,6 +605,7 @@ impl Engine {
         put(c"rx_packets", st.rx_packets);
         put(c"rx_dup", st.rx_dup);
         put(c"path_timeouts", st.path_timeouts);
+        put(c"path_timeouts_overtaken", st.path_timeouts_overtaken);
         put(c"rto", st.rto);
         put(c"tlp", st.tlp);
         put(c"lost_detected", st.lost_detected);

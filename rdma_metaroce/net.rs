@@ -37,6 +37,9 @@ pub(crate) enum Counter {
     Retransmits,
     /// Per-path retransmission timeouts.
     PathTimeouts,
+    /// Of those, paths declared failed because their packets kept being overtaken
+    /// by other paths' (spec MR-5.3.3) rather than by their own timer.
+    PathTimeoutsOvertaken,
     /// Connection retransmission timeouts (no progress on any path).
     RtoTimeouts,
     /// Tail loss probes sent.
@@ -71,7 +74,7 @@ pub(crate) enum Counter {
 }
 
 /// Counter names as shown by `rdma statistic show link DEV/1`.
-pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 25] = [
+pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 26] = [
     c"rx_packets",
     c"rx_bytes",
     c"rx_malformed",
@@ -82,6 +85,7 @@ pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 25] = [
     c"tx_failed",
     c"retransmits",
     c"path_timeouts",
+    c"path_timeouts_overtaken",
     c"rto_timeouts",
     c"tail_probes",
     c"sack_recovered",
@@ -150,6 +154,7 @@ pub(crate) fn account(c: &Counters, e: EngineCounters) {
         (Counter::TxFailed, e.tx_failed),
         (Counter::Retransmits, e.retransmits),
         (Counter::PathTimeouts, e.path_timeouts),
+        (Counter::PathTimeoutsOvertaken, e.path_timeouts_overtaken),
         (Counter::RtoTimeouts, e.rto_timeouts),
         (Counter::TailProbes, e.tail_probes),
         (Counter::SackRecovered, e.sack_recovered),
@@ -188,6 +193,7 @@ mod tests {
         assert_eq!(s[Counter::RxMalformed as usize], 1);
         assert_eq!(s[Counter::RxDropped as usize], 0);
         assert_eq!(COUNTER_NAMES[Counter::RxNoConnection as usize], c"rx_no_connection");
+        assert_eq!(COUNTER_NAMES[Counter::PathTimeoutsOvertaken as usize], c"path_timeouts_overtaken");
         assert_eq!(COUNTER_NAMES[Counter::CmdPolls as usize], c"cmd_polls");
     }
 }

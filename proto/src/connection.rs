@@ -259,6 +259,10 @@ pub struct Stats {
     pub lost_detected: u64,
     /// Per-path timeouts.
     pub path_timeouts: u64,
+    /// Of `path_timeouts`, those declared because three of a path's packets in a
+    /// row were overtaken by later packets of other paths with none of its own
+    /// acknowledged (MR-5.3.3) rather than by the path's RTO.
+    pub path_timeouts_overtaken: u64,
     /// Connection retransmission timeouts.
     pub rto: u64,
     /// Tail loss probes sent.
@@ -2041,6 +2045,7 @@ impl Connection {
                     p.lost_unseen = p.lost_unseen.saturating_add(1);
                     if p.lost_unseen >= 3 {
                         p.lost_unseen = 0;
+                        self.stats.path_timeouts_overtaken += 1;
                         self.path_timeout(now, q);
                         return;
                     }
@@ -3028,7 +3033,7 @@ mod size_tests {
             assert_eq!(core::mem::size_of::<MsgSlot>(), 144);
             assert_eq!(core::mem::size_of::<SqEntry>(), 72);
             assert_eq!(core::mem::size_of::<Path>(), 176);
-            assert_eq!(core::mem::size_of::<Connection>(), 25_984);
+            assert_eq!(core::mem::size_of::<Connection>(), 25_992);
         }
     }
 }

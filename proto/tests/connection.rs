@@ -845,6 +845,13 @@ fn no_data_on_a_suspect_or_failed_path_while_an_active_one_exists() {
     assert!(seen_suspect && seen_failed, "path 1 never timed out");
     assert!(probes > 0, "path 1 was never probed");
     assert!(data_after > 0, "no data was sent while path 1 was down");
+    // Path 1 never delivered, so it has no RTT: overtaking alone does not fail a
+    // path without one (MR-5.3.3); its own timer did.
+    let st = t.a.stats();
+    assert!(
+        st.path_timeouts >= 1 && st.path_timeouts_overtaken == 0,
+        "{st:?}"
+    );
 }
 
 fn is_ack(p: &(u16, Vec<u8>)) -> bool {

@@ -187,6 +187,25 @@ fn one_packet_path_windows_recover_losses_without_path_timeouts() {
     );
 }
 
+/// Spec: MR-5.3.3 — a path that delivered and then black-holes is failed because
+/// the other paths' later packets keep being acknowledged ahead of its own, well
+/// before its RTO; the counter tells that rule's timeouts apart.
+#[test]
+fn a_black_hole_is_exposed_by_other_paths_overtaking_it() {
+    let (r, st) = sim::scenarios::bulk_over(
+        |_| {},
+        Recovery::Selective,
+        4,
+        8 << 20,
+        Some(500_000),
+        6,
+        |_| {},
+    );
+    assert!(r.completed, "{r:?}");
+    assert!(st.path_timeouts_overtaken >= 1, "{st:?}");
+    assert!(st.path_timeouts_overtaken <= st.path_timeouts, "{st:?}");
+}
+
 /// Spec: MR-5.5.1, MR-8.3.3, MR-5.3.6 — a link that lets 1% of packets skip its
 /// delay (netem `delay 200us reorder 1%`) gives a few RTT samples far below the
 /// rest and packets that overtake others on their path. The delay signal is
