@@ -1992,7 +1992,8 @@ impl Connection {
     /// Spec: MR-5.3.3 — how long after it was sent an overtaken packet of path
     /// `q` is declared lost: srtt + reo (5/4 srtt until reordering is seen, up to
     /// 2 srtt, MR-5.3.6) when a later packet of the same path was
-    /// acknowledged; at least srtt + 4 rttvar when only other paths' were, whose
+    /// acknowledged; at least srtt + 4 rttvar, plus the reordering allowance
+    /// (srtt / 4 per step of the multiplier), when only other paths' were, whose
     /// acknowledgements say nothing about this path's delay. Shared by loss
     /// detection and the timer that triggers it.
     fn rack_window(&self, q: usize, overtaken_on_path: bool) -> u64 {
@@ -2003,7 +2004,9 @@ impl Connection {
         if overtaken_on_path {
             same_path
         } else {
-            (p.srtt as u64 + 4 * p.rttvar as u64).max(same_path)
+            // Spec: MR-5.3.6 — seen reordering widens this one too.
+            let allowance = p.srtt as u64 / 4 * self.reo_mult as u64;
+            (p.srtt as u64 + 4 * p.rttvar as u64 + allowance).max(same_path)
         }
     }
 
@@ -2041,8 +2044,16 @@ impl Connection {
                     // Spec: MR-5.3.3 — a path whose packets keep being overtaken
                     // by other paths' and none of its own is acknowledged has
                     // failed (a black hole): treat it as a path timeout (MR-6.3.2).
+                    // Not while reordering is being seen (MR-5.3.6): a path that
+                    // is only slower now and then is overtaken as well, and its
+                    // own timer (MR-5.3.5) tells the two apart.
+                    let reordering = self.reo_mult > 0;
                     let p = &mut self.paths[q];
-                    p.lost_unseen = p.lost_unseen.saturating_add(1);
+                    p.lost_unseen = if reordering {
+                        0
+                    } else {
+                        p.lost_unseen.saturating_add(1)
+                    };
                     if p.lost_unseen >= 3 {
                         p.lost_unseen = 0;
                         self.stats.path_timeouts_overtaken += 1;

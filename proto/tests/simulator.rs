@@ -206,6 +206,31 @@ fn a_black_hole_is_exposed_by_other_paths_overtaking_it() {
     assert!(st.path_timeouts_overtaken <= st.path_timeouts, "{st:?}");
 }
 
+/// Spec: MR-5.3.3, MR-5.3.6 — paths whose packets are now and then held for a few
+/// RTTs (a receiving CPU's backlog, when receive steering spreads the paths over
+/// CPUs) are overtaken by the other paths' packets without being lost. The
+/// duplicates the peer reports show it; from then on overtaking no longer fails a
+/// path (only its own timer could), so a few spurious retransmissions do not turn
+/// into path timeouts that resend the path's whole window and collapse it.
+#[test]
+fn stalling_paths_are_not_failed_by_overtaking() {
+    let (r, st) = sim::scenarios::bulk_over(
+        |l| {
+            l.stall_period_ns = 20 * BASE_RTT_NS;
+            l.stall_ns = 4 * BASE_RTT_NS;
+        },
+        Recovery::Selective,
+        4,
+        16 << 20,
+        None,
+        83,
+        |c| c.min_path_rto = metaroce_proto::Duration::from_nanos(10 * BASE_RTT_NS),
+    );
+    println!("{:.2} Gbit/s, {st:?}", r.gbps());
+    assert!(r.completed, "{r:?}");
+    assert!(st.path_timeouts_overtaken <= 2, "{st:?}");
+}
+
 /// Spec: MR-5.5.1, MR-8.3.3, MR-5.3.6 — a link that lets 1% of packets skip its
 /// delay (netem `delay 200us reorder 1%`) gives a few RTT samples far below the
 /// rest and packets that overtake others on their path. The delay signal is

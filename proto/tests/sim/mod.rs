@@ -29,6 +29,12 @@ pub struct LinkCfg {
     pub blackhole_from: Option<u64>,
     /// Marks CE on this many ppm of the packets regardless of the queue.
     pub ce_ppm: u64,
+    /// Every `stall_period_ns` the link holds what arrives for `stall_ns` and then
+    /// delivers it in order, as a receiving CPU with a backlog does (receive
+    /// steering spreads a connection's paths over CPUs). Each link's stalls are
+    /// offset by its index times `2 * stall_ns`, so the links stall in turn.
+    pub stall_period_ns: u64,
+    pub stall_ns: u64,
 }
 
 impl LinkCfg {
@@ -45,6 +51,8 @@ impl LinkCfg {
             skip_delay_ppm: 0,
             blackhole_from: None,
             ce_ppm: 0,
+            stall_period_ns: 0,
+            stall_ns: 0,
         }
     }
 }
@@ -273,7 +281,7 @@ impl Net {
         let li = pkt.route[pkt.hop];
         let now = self.now;
         let size = pkt.bytes.len();
-        let (loss, dup, reo, reo_ns, black, ce_ppm, skip) = {
+        let (loss, dup, reo, reo_ns, black, ce_ppm, skip, stall) = {
             let l = &self.links[li];
             (
                 l.cfg.loss_ppm,
@@ -283,6 +291,7 @@ impl Net {
                 l.cfg.blackhole_from,
                 l.cfg.ce_ppm,
                 l.cfg.skip_delay_ppm,
+                (l.cfg.stall_period_ns, l.cfg.stall_ns),
             )
         };
         let skip_delay = skip > 0 && self.rng.chance_ppm(skip);
@@ -313,7 +322,13 @@ impl Net {
         let start = l.busy_until.max(now);
         l.busy_until = start + l.ser_ns(size);
         let delay = if skip_delay { 0 } else { l.cfg.delay_ns };
-        let arrive = l.busy_until + delay + extra;
+        let mut arrive = l.busy_until + delay + extra;
+        if stall.0 > 0 {
+            let phase = (arrive + li as u64 * 2 * stall.1) % stall.0;
+            if phase < stall.1 {
+                arrive += stall.1 - phase;
+            }
+        }
         pkt.hop += 1;
         if duplicate {
             let copy = Pkt {
