@@ -2044,17 +2044,13 @@ impl Connection {
                     // Spec: MR-5.3.3 — a path whose packets keep being overtaken
                     // by other paths' and none of its own is acknowledged has
                     // failed (a black hole): treat it as a path timeout (MR-6.3.2).
-                    // Not while reordering is being seen (MR-5.3.6): a path that
-                    // is only slower now and then is overtaken as well, and its
-                    // own timer (MR-5.3.5) tells the two apart.
-                    let reordering = self.reo_mult > 0;
+                    // While reordering is being seen (MR-5.3.6) it takes a longer
+                    // run: a path that is only slower now and then is overtaken
+                    // as well.
+                    let needed = 3 * (1 + self.reo_mult);
                     let p = &mut self.paths[q];
-                    p.lost_unseen = if reordering {
-                        0
-                    } else {
-                        p.lost_unseen.saturating_add(1)
-                    };
-                    if p.lost_unseen >= 3 {
+                    p.lost_unseen = p.lost_unseen.saturating_add(1);
+                    if p.lost_unseen >= needed {
                         p.lost_unseen = 0;
                         self.stats.path_timeouts_overtaken += 1;
                         self.path_timeout(now, q);
