@@ -28,18 +28,16 @@ KO=${PROF_KO:-$HERE/../rdma_metaroce.ko} mrc_insmod rc_mtu="${m#*:}" ${PROF_ARGS
 ip netns exec hostA rdma link add mrcA type metaroce netdev veth0
 ip netns exec hostB rdma link add mrcB type metaroce netdev veth1
 ga=$(vb_gid_index mrcA 198.18.0.1); gb=$(vb_gid_index mrcB 198.18.0.2)
-connected() { [ -n "$(ip netns exec hostB ss -Htn state established "( sport = :$1 )")" ]; }
+# Samples the steady stream only: perf (whose start-up takes seconds under TCG)
+# starts with the 10 s run and records 4 s after a 2.5 s delay, past QP set-up.
+sample() { perf record -e cpu-clock -F 499 -a -g -D 2500 -o /tmp/$1.data -- sleep 6.5 > /dev/null 2>&1; }
 P=19100
 for tool in ${PROF_TOOLS:-ib_write_bw ib_read_bw}; do
   P=$((P+1))
-  ip netns exec hostB timeout 60 $tool -d mrcB -x $gb -p $P -F -s 65536 -q 1 -D 6 > /tmp/s.log 2>&1 &
+  ip netns exec hostB timeout 60 $tool -d mrcB -x $gb -p $P -F -s 65536 -q 1 -D 10 > /tmp/s.log 2>&1 &
   wait_for 20 vb_tcp_listening hostB $P
-  ip netns exec hostA timeout 60 $tool -d mrcA -x $ga -p $P -F -s 65536 -q 1 -D 6 198.18.0.2 > /tmp/c.log 2>&1 &
-  # Sample the steady stream only: from 1.5 s after the control connection is up
-  # (QP set-up done), for 3 s of the 6 s run.
-  wait_for 20 connected $P
-  sleep 1.5
-  perf record -e cpu-clock -F 499 -a -g -o /tmp/$tool.data -- sleep 3 > /dev/null 2>&1
+  ip netns exec hostA timeout 60 $tool -d mrcA -x $ga -p $P -F -s 65536 -q 1 -D 10 198.18.0.2 > /tmp/c.log 2>&1 &
+  sample $tool
   wait
   echo "=== $tool: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}')"
   report $tool
@@ -49,9 +47,8 @@ rdma link del mrcA; rdma link del mrcB; rmmod rdma_metaroce
 P=$((P+1))
 ip netns exec hostB timeout 30 iperf3 -s -1 -p $P > /dev/null 2>&1 &
 wait_for 20 vb_tcp_listening hostB $P
-ip netns exec hostA timeout 30 iperf3 -c 198.18.0.2 -p $P -t 6 -f m > /tmp/tcp.log &
-sleep 1.5
-perf record -e cpu-clock -F 499 -a -g -o /tmp/tcp.data -- sleep 3 > /dev/null 2>&1
+ip netns exec hostA timeout 30 iperf3 -c 198.18.0.2 -p $P -t 10 -f m > /tmp/tcp.log &
+sample tcp
 wait
 echo "=== tcp: $(awk '/receiver/ {print $7 " Mbit/s"}' /tmp/tcp.log)"
 report tcp
