@@ -259,9 +259,10 @@ pub struct Stats {
     pub lost_detected: u64,
     /// Per-path timeouts.
     pub path_timeouts: u64,
-    /// Of `path_timeouts`, those declared because three of a path's packets in a
-    /// row were overtaken by later packets of other paths with none of its own
-    /// acknowledged (MR-5.3.3) rather than by the path's RTO.
+    /// Of `path_timeouts`, those declared because a run of a path's packets (3,
+    /// more once reordering is seen) were overtaken by later packets of other
+    /// paths with none of its own acknowledged (MR-5.3.3) rather than by the
+    /// path's RTO.
     pub path_timeouts_overtaken: u64,
     /// Connection retransmission timeouts.
     pub rto: u64,
