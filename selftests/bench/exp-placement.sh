@@ -19,13 +19,6 @@ for d in "hostA veth0" "hostB veth1"; do set -- $d; ip netns exec $1 ip link set
 if [ -n "${PL_NETEM:-}" ]; then
   for d in "hostA veth0" "hostB veth1"; do set -- $d; ip netns exec $1 tc qdisc add dev $2 root netem $PL_NETEM; done
 fi
-IFS='|' read -ra variants <<< "${PL_ARGS:-}"
-for args in "${variants[@]:-}"; do
-echo "##### module parameters: rc_mtu=32768 $args"
-KO=${PL_KO:-$HERE/../rdma_metaroce.ko} mrc_insmod rc_mtu=32768 $args
-ip netns exec hostA rdma link add mrcA type metaroce netdev veth0
-ip netns exec hostB rdma link add mrcB type metaroce netdev veth1
-ga=$(vb_gid_index mrcA 198.18.0.1); gb=$(vb_gid_index mrcB 198.18.0.2)
 TOOL=${PL_TOOL:-ib_write_bw}
 cpustat() { grep '^cpu[0-9]' /proc/stat; }
 # share START END: per CPU "cpuN u/s/si/idle" in percent of that CPU's time.
@@ -35,6 +28,13 @@ share() {
 }
 connected() { [ -n "$(ip netns exec hostB ss -Htn state established "( sport = :$1 )")" ]; }
 pin() { [ "$1" = - ] && echo || echo "taskset -c $1"; }
+IFS='|' read -ra variants <<< "${PL_ARGS:-}"
+for args in "${variants[@]:-}"; do
+echo "##### module parameters: rc_mtu=32768 $args"
+KO=${PL_KO:-$HERE/../rdma_metaroce.ko} mrc_insmod rc_mtu=32768 $args
+ip netns exec hostA rdma link add mrcA type metaroce netdev veth0
+ip netns exec hostB rdma link add mrcB type metaroce netdev veth1
+ga=$(vb_gid_index mrcA 198.18.0.1); gb=$(vb_gid_index mrcB 198.18.0.2)
 P=19300
 for c in ${PL_CASES:-3:3:-:-}; do
   IFS=: read -r ra rb cc sc <<< "$c"
@@ -53,6 +53,7 @@ for c in ${PL_CASES:-3:3:-:-}; do
     sleep 3; s1=$(cpustat)
     wait $cl; wait
     echo "=== rps $ra/$rb client@$cc server@$sc: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}')  client on cpu${c0// /}  $(share "$s0" "$s1")"
+    # Counters add up over the runs of one module load.
     echo "    counters: $(for h in "hostA mrcA" "hostB mrcB"; do set -- $h; ip netns exec $1 rdma statistic show link $2/1 | awk -v d=$2 'NF == 2 && $1 ~ /^(retransmits|path_timeouts|path_timeouts_overtaken|rx_duplicates)$/ && $2 > 0 {printf "%s.%s=%s ", d, $1, $2}'; done)"
   done
   if [ -n "${PL_TCP:-}" ]; then
