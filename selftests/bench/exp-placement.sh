@@ -54,7 +54,7 @@ for c in ${PL_CASES:-3:3:-:-}; do
     wait $cl; wait
     echo "=== rps $ra/$rb client@$cc server@$sc: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}')  client on cpu${c0// /}  $(share "$s0" "$s1")"
     # Counters add up over the runs of one module load.
-    echo "    counters: $(for h in "hostA mrcA" "hostB mrcB"; do set -- $h; ip netns exec $1 rdma statistic show link $2/1 | awk -v d=$2 'NF == 2 && $1 ~ /^(retransmits|path_timeouts|path_timeouts_overtaken|rx_duplicates)$/ && $2 > 0 {printf "%s.%s=%s ", d, $1, $2}'; done)"
+    echo "    counters: $(vb_nonzero_counters 'retransmits|path_timeouts|path_timeouts_overtaken|rx_duplicates')"
   done
   if [ -n "${PL_TCP:-}" ]; then
     P=$((P+1))

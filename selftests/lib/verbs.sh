@@ -47,6 +47,16 @@ vb_counter() { # DEV NAME: a port counter; rxe prints one per line, metaroce one
     rdma statistic show link "$1/1" | awk -v n="$2" '{for (i = 1; i < NF; i++) if ($i == n) print $(i + 1)}'
 }
 vb_counter_above() { local v; v=$(vb_counter "$1" "$2"); [ -n "$v" ] && [ "$v" -gt "$3" ]; }
+# The nonzero port counters of hostA's mrcA and hostB's mrcB whose names match the
+# extended regex NAMES, as "mrcA.name=value ..." (the bench experiment scripts).
+vb_nonzero_counters() { # NAMES
+    local ns dev
+    for ns in hostA hostB; do
+        dev=mrc${ns#host}
+        ip netns exec "$ns" rdma statistic show link "$dev/1" |
+            awk -v d="$dev" -v re="^($1)\$" 'NF == 2 && $1 ~ re && $2 > 0 {printf "%s.%s=%s ", d, $1, $2}'
+    done
+}
 # Kernel QPs (the GSI QP of ib_core's MAD layer) stay; anything else on the two
 # devices belongs to a process.
 vb_no_user_qps() {
