@@ -7,6 +7,9 @@
 #                  shared netns mode, so both devices are visible in both namespaces
 #                  and each side must name its own.
 #   VB_RX_COUNTER  an `rdma statistic` port counter of received packets (driver-specific)
+#   VB_UDP_PORT    the driver's UDP destination port (4791 rxe)
+#   VB_MAD_AT      offset of a UD payload (a MAD on QP1) in the driver's IPv4 packets
+#                  (see vb_netem: only the CM's DREQ passes netem without loss)
 #   VB_TIMEOUT     bound on every verbs process, seconds (default 60): a hang fails one
 #                  test point instead of the tier
 # shellcheck shell=bash
@@ -232,14 +235,63 @@ vb_round() { # DESC-SUFFIX
     vb_rping "$sfx"
 }
 
-vb_netem() { # add|change|del [NETEM-ARGS...]
+# netem on both veths, built as a two-band tree so that one kind of datagram can
+# pass without the loss (the delay and reordering still apply to it):
+#   prio 1: --+-- 1:1 netem 10:  NETEM-ARGS        every packet but ...
+#             +-- 1:2 netem 20:  NETEM-ARGS - loss ... rdma_cm's DREQ (ib_cm DREQ MAD
+#                                                      to QP1 on the driver's UDP port)
+# Why the DREQ: rping's client calls rdma_disconnect and destroys its cm_id at once;
+# ib_cm then cancels the DREQ's retransmission (cm_destroy_id in DREQ_SENT), so one
+# DREQ lost strands the server, which waits for a disconnect that never comes, on
+# any device (rxe as well). Every other CM MAD (REQ, REP, RTU, DREP) stays lossy and
+# ib_cm retransmits it. The suite sets VB_UDP_PORT (the driver's UDP port) and
+# VB_MAD_AT (the MAD's offset in the IPv4 packet: 20 IP + 8 UDP + the transport's
+# headers before a UD payload); u32 offsets assume IPv4 without options, as the
+# drivers send.
+VB_NETEM_DREQ_HANDLE=20:
+_vb_netem_lossless() { # NETEM-ARGS -> the same without "loss P% [CORR%]"
+    local out=() skip=0 w
+    for w in "$@"; do
+        if [ "$w" = loss ]; then skip=1; continue; fi
+        if [ $skip = 1 ] && [[ $w =~ ^[0-9.]+%?$ ]]; then continue; fi
+        skip=0; out+=("$w")
+    done
+    echo "${out[@]}"
+}
+_vb_netem_tree() { # NS DEV NETEM-ARGS...
+    local ns=$1 dev=$2; shift 2
+    # shellcheck disable=SC2046  # netem arguments are words
+    tc -n "$ns" qdisc add dev "$dev" root handle 1: prio bands 2 priomap 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 &&
+        tc -n "$ns" qdisc add dev "$dev" parent 1:1 handle 10: netem "$@" &&
+        tc -n "$ns" qdisc add dev "$dev" parent 1:2 handle "$VB_NETEM_DREQ_HANDLE" netem $(_vb_netem_lossless "$@") &&
+        tc -n "$ns" filter add dev "$dev" parent 1: protocol ip prio 1 u32 \
+            match ip protocol 17 0xff match ip dport "$VB_UDP_PORT" 0xffff \
+            match u32 1 0x00ffffff at 32 \
+            match u8 7 0xff at $((VB_MAD_AT + 1)) \
+            match u16 0x0015 0xffff at $((VB_MAD_AT + 16)) \
+            flowid 1:2
+}
+# (dest QPN: the low 24 bits of the transport header's second word, at 28 + 4 in
+# both BTH and MetaRoCE's MRH; MAD management class 7 is the CM, attribute 0x0015
+# its DREQ.)
+vb_netem() { # add|change|del [NETEM-ARGS...]; change alters the lossy band only
     local op=$1; shift
-    tc -n hostA qdisc "$op" dev veth0 root ${1:+netem} "$@" &&
-        tc -n hostB qdisc "$op" dev veth1 root ${1:+netem} "$@"
+    case $op in
+        add) _vb_netem_tree hostA veth0 "$@" && _vb_netem_tree hostB veth1 "$@" ;;
+        change) tc -n hostA qdisc change dev veth0 handle 10: netem "$@" &&
+                    tc -n hostB qdisc change dev veth1 handle 10: netem "$@" ;;
+        del) tc -n hostA qdisc del dev veth0 root && tc -n hostB qdisc del dev veth1 root ;;
+    esac
 }
-vb_netem_dropped() { # NS DEV -> packets netem dropped
-    tc -s -n "$1" qdisc show dev "$2" | grep -o 'dropped [0-9]*' | head -n 1 | cut -d' ' -f2
+_vb_netem_stat() { # NS DEV HANDLE FIELD(dropped|pkt): the netem qdisc's counter
+    tc -s -n "$1" qdisc show dev "$2" |
+        awk -v h="$3" -v f="$4" '$1 == "qdisc" {cur = ($3 == h)}
+            cur && $1 == "Sent" {for (i = 1; i <= NF; i++) {
+                if (f == "pkt" && $(i + 1) == "pkt") {print $i; exit}
+                if (f == "dropped" && $i == "(dropped") {sub(/,/, "", $(i + 1)); print $(i + 1); exit}}}'
 }
+vb_netem_dropped() { _vb_netem_stat "$1" "$2" 10: dropped; } # NS DEV -> packets lost
+vb_netem_spared() { _vb_netem_stat "$1" "$2" "$VB_NETEM_DREQ_HANDLE" pkt; } # NS DEV -> DREQs
 
 # Start ib_write_bw between the devices and return once VB_DEV_B's receive counter
 # shows the RDMA traffic flowing (not just the TCP exchange of QP numbers).
@@ -325,7 +377,7 @@ vb_suite() {
     vb_round ""
 
     # shellcheck disable=SC2086  # netem arguments are words
-    check "netem on veth0 and veth1: $VB_NETEM" vb_netem add $VB_NETEM
+    check "netem on veth0 and veth1: $VB_NETEM (rdma_cm's DREQ without the loss)" vb_netem add $VB_NETEM
     local lossless=${VB_NETEM//loss 1%/}
     # rping connects through rdma_cm, whose QPs get a local ACK timeout of about 1 s
     # (CMA_IBOE_PACKET_LIFETIME): a RoCE device such as rxe stalls ~1 s per lost packet,
@@ -338,6 +390,11 @@ vb_suite() {
     da=$(vb_netem_dropped hostA veth0) db=$(vb_netem_dropped hostB veth1)
     check "netem dropped packets in both directions during the lossy round (veth0 $da, veth1 $db)" \
         test "${da:-0}" -gt 0 -a "${db:-0}" -gt 0
+    # The one rping's client sent one DREQ (hostA -> hostB); a filter matching more
+    # than the DREQ would spare hundreds of packets from the loss.
+    da=$(vb_netem_spared hostA veth0) db=$(vb_netem_spared hostB veth1)
+    check "only rping's DREQ passed netem without loss (veth0 $da, veth1 $db packets)" \
+        test "${da:-0}" -ge 1 -a "${da:-0}" -le 3 -a "${db:-0}" = 0
     check "netem removed" vb_netem del
 
     vb_killed_mid_transfer

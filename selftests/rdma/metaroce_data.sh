@@ -14,6 +14,9 @@ KO=${METAROCE_KO:-$HERE/../../rdma_metaroce.ko}
 
 # shellcheck disable=SC2034  # read by verbs.sh
 VB_TYPE=metaroce VB_DEV_A=mrcA VB_DEV_B=mrcB VB_RX_COUNTER=rx_packets
+# The module's default udp_port; a UD payload follows the MRH (20) and UD (12) headers.
+# shellcheck disable=SC2034
+VB_UDP_PORT=4792 VB_MAD_AT=$((20 + 8 + 20 + 12))
 
 cleanup() { vb_links_del; rm_hosts; rmmod rdma_metaroce 2>/dev/null; true; }
 trap cleanup EXIT

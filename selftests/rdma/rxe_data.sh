@@ -11,6 +11,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 
 # shellcheck disable=SC2034  # read by verbs.sh
 VB_TYPE=rxe VB_DEV_A=rxeA VB_DEV_B=rxeB VB_RX_COUNTER=rcvd_pkts
+# RoCE v2: a UD payload follows the BTH (12) and DETH (8).
+# shellcheck disable=SC2034
+VB_UDP_PORT=4791 VB_MAD_AT=$((20 + 8 + 12 + 8))
 
 cleanup() { vb_links_del; rm_hosts; modprobe -r rdma_rxe 2>/dev/null; true; }
 trap cleanup EXIT
