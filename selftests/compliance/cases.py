@@ -2266,6 +2266,77 @@ def t_rack_timing(T):
         check(dt <= 1.25 * srtt + 0.4, "retransmitted only after %.0f ms", dt * 1e3)
 
 
+def overtaken_run(T, dup):
+    """Drops the first 4 first transmissions on path 1 of a write and acknowledges
+    everything else at once; returns (dropped, paths that saw a PROBE). Windows
+    are capped at 4 packets per path, so path 1's first window is exactly those
+    4, each overtaken by acknowledged packets of path 0; its later packets are
+    acknowledged, which ends the run. The path RTO floor (3 s) keeps path 1's own
+    timer out of the case: only overtaking can time it out (MR-5.3.3)."""
+    with link(T, paths=2, mtu=1024, init_window=8192, max_window=4096,
+              min_path_rto_us=3000000, min_rto_us=4000000, max_rto_us=8000000,
+              initial_rtt_us=5000) as L:
+        # Warm-up: both paths get an RTT sample (a path that never had one is
+        # timed out by its own timer only); with `dup` the ACK carries DUP, which
+        # raises m to 1 (MR-5.3.6).
+        post(T, L, 1, "write", len=8 * 1024, va=0, rkey=1)
+        rx = collect(L, 8, 1.0, first_tx)
+        check(len(rx) == 8 and {r.p.path for r in rx} == {0, 1},
+              "warm-up: got %d of 8 packets on paths %s", len(rx), sorted({r.p.path for r in rx}))
+        R = Receiver(L)
+        for r in rx:
+            R.take(r)
+        R.ack_path(0, msn=1)
+        R.ack_path(1, msn=1, flags=M.AF_DUP if dup else 0)
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check(c and c[0]["status"] == WC_SUCCESS, "warm-up completion %s", c)
+        n = 32
+        post(T, L, 2, "write", len=n * 1024, va=0, rkey=1)
+        done_at = (R.cum + n) & 0xFFFFFFFF
+        dropped, probes = [], []
+        end = time.monotonic() + 5.0 * T.wait_scale
+        while time.monotonic() < end and R.cum != done_at:
+            r = L.recv(0.05)
+            if r is None:
+                continue
+            if r.op == PROBE:
+                probes.append(r.p.path)
+                L.ack(R.cum, path=r.p.path, echo_ts=r.p.ts, rcv=0, flags=M.AF_PROBE,
+                      echo_psn=R.path_hi.get(r.p.path, (0, 0))[0])
+                continue
+            if not data_pred(r):
+                continue
+            if r.p.path == 1 and first_tx(r) and len(dropped) < 4:
+                dropped.append(r.p.tsn)
+                continue
+            R.take(r)
+            R.ack_path(r.p.path, msn=2 if R.cum == done_at else 1)
+        check(R.cum == done_at, "write did not complete (cum at %d of %d)",
+              (R.cum - done_at + n) & 0xFFFFFFFF, n)
+        check(len(dropped) == 4, "only %d first transmissions on path 1", len(dropped))
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check(c and c[0]["wr"] == 2 and c[0]["status"] == WC_SUCCESS, "completion %s", c)
+        probes += [r.p.path for r in L.silent(0.1) if r.op == PROBE]
+        return dropped, probes
+
+
+@case("MR-5.3.3 MR-5.3.5 MR-6.3.2",
+      "overtaking: 4 losses in a row on a path, exposed by another path's ACKs, time it out")
+def t_overtaken_run(T):
+    _, probes = overtaken_run(T, dup=False)
+    check(1 in probes, "path 1 was not timed out (no PROBE on it) after 4 of its packets in "
+          "a row were declared lost through path 0's ACKs (3 suffice while m = 0)")
+
+
+@case("MR-5.3.6 MR-5.3.3",
+      "overtaking once reordering was reported (m = 1): 4 losses in a row do not time a path "
+      "out, 3 x (1 + m) = 6 would")
+def t_overtaken_run_reordering(T):
+    _, probes = overtaken_run(T, dup=True)
+    check(1 not in probes, "path 1 timed out (PROBE on it) after 4 overtaken losses in a row, "
+          "with m = 1 after a DUP report: the run must reach 6")
+
+
 @case("MR-8.2.1 MR-8.6.1", "path windows never exceed the configured max_window")
 def t_cc_max_window(T):
     with link(T, max_window=8192, **CC_CONF, **NO_DELAY) as L:
