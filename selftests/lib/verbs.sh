@@ -249,11 +249,11 @@ vb_round() { # DESC-SUFFIX
 # headers before a UD payload); u32 offsets assume IPv4 without options, as the
 # drivers send.
 VB_NETEM_DREQ_HANDLE=20:
-_vb_netem_lossless() { # NETEM-ARGS -> the same without "loss P% [CORR%]"
+_vb_netem_lossless() { # NETEM-ARGS -> the same without "loss [random] P% [CORR%]"
     local out=() skip=0 w
     for w in "$@"; do
         if [ "$w" = loss ]; then skip=1; continue; fi
-        if [ $skip = 1 ] && [[ $w =~ ^[0-9.]+%?$ ]]; then continue; fi
+        if [ $skip = 1 ] && [[ $w =~ ^([0-9.]+%?|random)$ ]]; then continue; fi
         skip=0; out+=("$w")
     done
     echo "${out[@]}"
@@ -378,12 +378,14 @@ vb_suite() {
 
     # shellcheck disable=SC2086  # netem arguments are words
     check "netem on veth0 and veth1: $VB_NETEM (rdma_cm's DREQ without the loss)" vb_netem add $VB_NETEM
-    local lossless=${VB_NETEM//loss 1%/}
+    local lossless
+    # shellcheck disable=SC2086  # netem arguments are words
+    lossless=$(_vb_netem_lossless $VB_NETEM)
     # rping connects through rdma_cm, whose QPs get a local ACK timeout of about 1 s
     # (CMA_IBOE_PACKET_LIFETIME): a RoCE device such as rxe stalls ~1 s per lost packet,
     # and 1000 pings (about 8000 packets) lose ~80 at 1%.
     VB_UD_BEFORE="vb_netem change $lossless" VB_UD_AFTER="vb_netem change $VB_NETEM" \
-        VB_UD_SFX=" under netem $lossless(no loss: UD does not retransmit)" \
+        VB_UD_SFX=" under netem $lossless (no loss: UD does not retransmit)" \
         VB_RPING_TIMEOUT=${VB_RPING_LOSSY_TIMEOUT:-240} \
         vb_round " under netem $VB_NETEM"
     local da db
