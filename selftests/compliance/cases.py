@@ -1857,8 +1857,7 @@ def serve(L, R, duration, npkts, drop_port=None, answer_probes=False, log=None):
             continue
         if r.op == PROBE:
             if answer_probes:
-                L.ack(R.cum, path=r.p.path, echo_ts=r.p.ts, rcv=0, flags=M.AF_PROBE,
-                      echo_psn=R.path_hi.get(r.p.path, (0, 0))[0])
+                R.answer_probe(r)
             continue
         if data_pred(r):
             R.take(r)
@@ -2301,8 +2300,7 @@ def overtaken_run(T, dup):
                 continue
             if r.op == PROBE:
                 probes.append(r.p.path)
-                L.ack(R.cum, path=r.p.path, echo_ts=r.p.ts, rcv=0, flags=M.AF_PROBE,
-                      echo_psn=R.path_hi.get(r.p.path, (0, 0))[0])
+                R.answer_probe(r)
                 continue
             if not data_pred(r):
                 continue
@@ -2401,8 +2399,7 @@ def t_no_data_on_down_path(T):
             if r.op == PROBE:
                 # The tester fell behind (a loaded machine) and another path
                 # timed out too: answer, so that it returns to service.
-                L.ack(R.cum, path=r.p.path, echo_ts=r.p.ts, rcv=0, flags=M.AF_PROBE,
-                      echo_psn=R.path_hi.get(r.p.path, (0, 0))[0])
+                R.answer_probe(r)
                 continue
             if not data_pred(r):
                 continue

@@ -469,6 +469,12 @@ class Receiver:
         while self.cum in self.got:
             self.cum = (self.cum + 1) & 0xFFFFFFFF
 
+    def answer_probe(self, r):
+        """ACK with the PROBE flag for the DUT's PROBE `r` (MR-6.3.2): brings its
+        path back into service."""
+        return self.L.ack(self.cum, path=r.p.path, echo_ts=r.p.ts, rcv=0, flags=M.AF_PROBE,
+                          echo_psn=self.path_hi.get(r.p.path, (0, 0))[0])
+
     def ack_path(self, p, msn=0, drop=(), **kw):
         """ACK for path p reporting everything received except `drop` TSNs."""
         cum = self.L.dtsn0
