@@ -1842,18 +1842,20 @@ def t_cc_credit(T):
 # 11. Multipath: black-holed path, probing, repathing
 # ---------------------------------------------------------------------------
 
-def serve(L, R, duration, npkts, drop_port=None, answer_probes=False, log=None):
-    """Acts as a responder for a DUT bulk WRITE of npkts packets until all are
-    received (then acknowledges delivery) or `duration` passes."""
+def serve(L, R, duration, npkts, drop=None, answer_probes=False, log=None, msn=0):
+    """Acts as a responder for a DUT bulk WRITE of npkts packets, its TSNs from
+    R.cum on and `msn` messages delivered before it, until all are received
+    (then acknowledges delivery) or `duration` passes. Packets for which
+    drop(r) holds are lost."""
     end = time.monotonic() + duration
-    done_at = (L.dtsn0 + npkts) & 0xFFFFFFFF
+    done_at = (R.cum + npkts) & 0xFFFFFFFF
     while time.monotonic() < end:
         r = L.recv(min(0.05, max(0.0, end - time.monotonic())))
         if r is None:
             continue
         if log is not None:
             log.append(r)
-        if drop_port is not None and r.sport == drop_port:
+        if drop is not None and drop(r):
             continue
         if r.op == PROBE:
             if answer_probes:
@@ -1861,7 +1863,7 @@ def serve(L, R, duration, npkts, drop_port=None, answer_probes=False, log=None):
             continue
         if data_pred(r):
             R.take(r)
-            R.ack_path(r.p.path, msn=1 if R.cum == done_at else 0)
+            R.ack_path(r.p.path, msn=msn + 1 if R.cum == done_at else msn)
             if R.cum == done_at:
                 return True
     return False
@@ -1883,7 +1885,7 @@ def t_blackhole(T):
         if bh_port is None:
             raise Skip("needs the paths capability to name path 2's port")
         log = []
-        ok = serve(L, R, 5.0, n, drop_port=bh_port, log=log)
+        ok = serve(L, R, 5.0, n, drop=lambda r: r.sport == bh_port, log=log)
         check(ok, "transfer did not complete around the black hole (cum at %d of %d)",
               (R.cum - L.dtsn0) & 0xFFFFFFFF, n)
         c = T.dut.wait_cq(L.dqpn, 1, 1000)
@@ -1939,7 +1941,8 @@ def t_probe_recovery(T):
         bh_port = T.dut.paths(L.dqpn)[2]["port"]
         R = Receiver(L)
         log = []
-        ok = serve(L, R, 5.0, n, drop_port=bh_port, answer_probes=True, log=log)
+        ok = serve(L, R, 5.0, n, drop=lambda r: r.sport == bh_port, answer_probes=True,
+                   log=log)
         check(ok, "transfer did not complete")
         probes = [r for r in log if r.op == PROBE and r.sport != bh_port]
         check(probes, "no probe from a new port")
@@ -2265,23 +2268,24 @@ def t_rack_timing(T):
         check(dt <= 1.25 * srtt + 0.4, "retransmitted only after %.0f ms", dt * 1e3)
 
 
-def overtaken_run(T, dup):
-    """Drops the first 4 first transmissions on path 1 of a write and acknowledges
-    everything else at once; returns (dropped, paths that saw a PROBE). Windows
-    are capped at 4 packets per path, so path 1's first window is exactly those
-    4, each overtaken by acknowledged packets of path 0; its later packets are
-    acknowledged, which ends the run. The path RTO floor (3 s) keeps path 1's own
-    timer out of the case: only overtaking can time it out (MR-5.3.3)."""
-    with link(T, paths=2, mtu=1024, init_window=8192, max_window=4096,
+def overtaken_run(T, dup, k):
+    """Windows capped at k packets per path; the tester drops path 1's first
+    window (k packets in a row) and acknowledges everything else at once, so
+    each of the k is overtaken by acknowledged packets of path 0 and nothing of
+    path 1's is acknowledged in between. Returns the paths a PROBE was seen on
+    (a PROBE on path 1: it timed out). The path RTO floor (3 s) keeps path 1's
+    own timer out of the case: only overtaking can time it out (MR-5.3.3)."""
+    with link(T, paths=2, mtu=1024, init_window=2 * k * 1024, max_window=k * 1024,
               min_path_rto_us=3000000, min_rto_us=4000000, max_rto_us=8000000,
               initial_rtt_us=5000) as L:
-        # Warm-up: both paths get an RTT sample (a path that never had one is
-        # timed out by its own timer only); with `dup` the ACK carries DUP, which
-        # raises m to 1 (MR-5.3.6).
-        post(T, L, 1, "write", len=8 * 1024, va=0, rkey=1)
-        rx = collect(L, 8, 1.0, first_tx)
-        check(len(rx) == 8 and {r.p.path for r in rx} == {0, 1},
-              "warm-up: got %d of 8 packets on paths %s", len(rx), sorted({r.p.path for r in rx}))
+        # Warm-up, one window per path: both paths get an RTT sample (a path that
+        # never had one is timed out by its own timer only); with `dup` the ACK
+        # carries DUP, which raises m to 1 (MR-5.3.6).
+        post(T, L, 1, "write", len=2 * k * 1024, va=0, rkey=1)
+        rx = collect(L, 2 * k, 1.0, first_tx)
+        check(len(rx) == 2 * k and {r.p.path for r in rx} == {0, 1},
+              "warm-up: got %d of %d packets on paths %s", len(rx), 2 * k,
+              sorted({r.p.path for r in rx}))
         R = Receiver(L)
         for r in rx:
             R.take(r)
@@ -2291,48 +2295,39 @@ def overtaken_run(T, dup):
         check(c and c[0]["status"] == WC_SUCCESS, "warm-up completion %s", c)
         n = 32
         post(T, L, 2, "write", len=n * 1024, va=0, rkey=1)
-        done_at = (R.cum + n) & 0xFFFFFFFF
-        dropped, probes = [], []
-        end = time.monotonic() + 5.0 * T.wait_scale
-        while time.monotonic() < end and R.cum != done_at:
-            r = L.recv(0.05)
-            if r is None:
-                continue
-            if r.op == PROBE:
-                probes.append(r.p.path)
-                R.answer_probe(r)
-                continue
-            if not data_pred(r):
-                continue
-            if r.p.path == 1 and first_tx(r) and len(dropped) < 4:
+        dropped, log = [], []
+
+        def drop(r):
+            if r.p.path == 1 and first_tx(r) and len(dropped) < k:
                 dropped.append(r.p.tsn)
-                continue
-            R.take(r)
-            R.ack_path(r.p.path, msn=2 if R.cum == done_at else 1)
-        check(R.cum == done_at, "write did not complete (cum at %d of %d)",
-              (R.cum - done_at + n) & 0xFFFFFFFF, n)
-        check(len(dropped) == 4, "only %d first transmissions on path 1", len(dropped))
+                return True
+            return False
+        ok = serve(L, R, 5.0 * T.wait_scale, n, drop=drop, answer_probes=True, log=log, msn=1)
+        check(ok, "write did not complete")
+        check(len(dropped) == k, "only %d first transmissions on path 1", len(dropped))
         c = T.dut.wait_cq(L.dqpn, 1, 1000)
         check(c and c[0]["wr"] == 2 and c[0]["status"] == WC_SUCCESS, "completion %s", c)
-        probes += [r.p.path for r in L.silent(0.1) if r.op == PROBE]
-        return dropped, probes
+        return {r.p.path for r in log + L.silent(0.1) if r.op == PROBE}
 
 
 @case("MR-5.3.3 MR-5.3.5 MR-6.3.2",
-      "overtaking: 4 losses in a row on a path, exposed by another path's ACKs, time it out")
+      "overtaking: 3 losses in a row on a path, exposed by another path's ACKs, time it out; "
+      "2 do not")
 def t_overtaken_run(T):
-    _, probes = overtaken_run(T, dup=False)
-    check(1 in probes, "path 1 was not timed out (no PROBE on it) after 4 of its packets in "
-          "a row were declared lost through path 0's ACKs (3 suffice while m = 0)")
+    check(1 not in overtaken_run(T, False, 2), "path 1 timed out (a PROBE on it) after only 2 "
+          "of its packets in a row were declared lost through path 0's ACKs (m = 0: 3)")
+    check(1 in overtaken_run(T, False, 3), "path 1 was not timed out (no PROBE on it) after 3 "
+          "of its packets in a row were declared lost through path 0's ACKs (m = 0: 3)")
 
 
 @case("MR-5.3.6 MR-5.3.3",
-      "overtaking once reordering was reported (m = 1): 4 losses in a row do not time a path "
-      "out, 3 x (1 + m) = 6 would")
+      "overtaking once reordering was reported (m = 1): a path times out after 3 x (1 + m) = 6 "
+      "losses in a row, not 5")
 def t_overtaken_run_reordering(T):
-    _, probes = overtaken_run(T, dup=True)
-    check(1 not in probes, "path 1 timed out (PROBE on it) after 4 overtaken losses in a row, "
-          "with m = 1 after a DUP report: the run must reach 6")
+    check(1 not in overtaken_run(T, True, 5), "path 1 timed out (a PROBE on it) after 5 "
+          "overtaken losses in a row, with m = 1 after a DUP report: the run must reach 6")
+    check(1 in overtaken_run(T, True, 6), "path 1 was not timed out (no PROBE on it) after 6 "
+          "overtaken losses in a row with m = 1 (3 x (1 + m) = 6)")
 
 
 @case("MR-8.2.1 MR-8.6.1", "path windows never exceed the configured max_window")
