@@ -65,6 +65,8 @@ pub const MAX_HEADER: usize = BaseRepr::LEN + RequestRepr::LEN + AtomicRepr::LEN
 
 const NIL: u16 = 0xFFFF;
 const K_FREE: u8 = 0;
+/// [`Pkt::rescued_from`] when no tail loss probe moved the packet.
+const NO_PATH: u8 = u8::MAX;
 const K_REQ: u8 = 1;
 const K_RESP: u8 = 2;
 const S_INFLIGHT: u8 = 1;
@@ -350,6 +352,10 @@ struct Pkt {
     state: u8,
     slot: u8,
     retx: u8,
+    /// The path this packet was on when a tail loss probe (MR-5.3.4) moved
+    /// it to another one, or [`NO_PATH`]: if the probe's copy is
+    /// acknowledged first, the original was overtaken on that path.
+    rescued_from: u8,
 }
 
 impl Pkt {
@@ -366,6 +372,7 @@ impl Pkt {
         state: 0,
         slot: 0,
         retx: 0,
+        rescued_from: NO_PATH,
     };
 }
 
@@ -1743,7 +1750,7 @@ impl Connection {
         };
         while seq_lt(self.snd_una, cum) {
             let t = self.snd_una;
-            progress |= self.ack_pkt(t);
+            progress |= self.ack_pkt(now, t, e);
             self.snd_una = t.wrapping_add(1);
             self.pkts[(t % WINDOW) as usize].kind = K_FREE;
         }
@@ -1755,7 +1762,7 @@ impl Connection {
                 .snd_una
                 .wrapping_add(j.wrapping_sub(self.snd_una % WINDOW) % WINDOW);
             if t.wrapping_sub(base) < WINDOW && seq_lt(t, self.snd_nxt) {
-                progress |= self.ack_pkt(t);
+                progress |= self.ack_pkt(now, t, e);
             }
         }
         while self.snd_una != self.snd_nxt
@@ -1932,8 +1939,9 @@ impl Connection {
         }
     }
 
-    /// Marks one in-flight TSN acknowledged; returns true if it was new.
-    fn ack_pkt(&mut self, t: u32) -> bool {
+    /// Marks one in-flight TSN acknowledged by an ACK echoing path `echo`;
+    /// returns true if it was new.
+    fn ack_pkt(&mut self, now: u64, t: u32, echo: usize) -> bool {
         let i = (t % WINDOW) as usize;
         let k = self.pkts[i];
         if k.kind == K_FREE || k.state == S_ACKED {
@@ -1951,6 +1959,15 @@ impl Connection {
             {
                 path.acked_psn = k.psn;
                 path.has_acked_psn = true;
+            }
+            // Spec: MR-5.3.4 — the probe's copy, sent later on another path,
+            // was acknowledged while the ACK does not come from the original's
+            // path: the original was overtaken there (MR-5.3.3's run). Without
+            // this, probes that rescue a black-holed path's packets one at a
+            // time faster than its path RTO keep it from ever timing out.
+            let from = k.rescued_from as usize;
+            if k.rescued_from != NO_PATH && from != echo && from < self.cfg.num_paths as usize {
+                self.count_overtaken_loss(now, from);
             }
         }
         self.pkts[i].state = S_ACKED;
@@ -2041,28 +2058,35 @@ impl Connection {
                 let t = self.tsn_of(path.head);
                 self.stats.lost_detected += 1;
                 self.count_loss_for_reordering();
-                if ahead <= 0 {
-                    // Spec: MR-5.3.3 — a path whose packets keep being overtaken
-                    // by other paths' and none of its own is acknowledged has
-                    // failed (a black hole): treat it as a path timeout (MR-6.3.2).
-                    // While reordering is being seen (MR-5.3.6) it takes a longer
-                    // run: a path that is only slower now and then is overtaken
-                    // as well.
-                    let needed = 3 * (1 + self.reo_mult);
-                    let p = &mut self.paths[q];
-                    p.lost_unseen = p.lost_unseen.saturating_add(1);
-                    if p.lost_unseen >= needed {
-                        p.lost_unseen = 0;
-                        self.stats.path_timeouts_overtaken += 1;
-                        self.path_timeout(now, q);
-                        return;
-                    }
+                if ahead <= 0 && self.count_overtaken_loss(now, q) {
+                    return;
                 }
                 self.mark_lost(t);
             } else {
                 return;
             }
         }
+    }
+
+    /// Spec: MR-5.3.3 — one more packet of path `q` lost to overtaking by
+    /// other paths' packets; returns true if that run timed the path out.
+    ///
+    /// A path whose packets keep being overtaken by other paths' and none of
+    /// its own is acknowledged has failed (a black hole): treat it as a path
+    /// timeout (MR-6.3.2). While reordering is being seen (MR-5.3.6) it takes
+    /// a longer run: a path that is only slower now and then is overtaken as
+    /// well.
+    fn count_overtaken_loss(&mut self, now: u64, q: usize) -> bool {
+        let needed = 3 * (1 + self.reo_mult);
+        let p = &mut self.paths[q];
+        p.lost_unseen = p.lost_unseen.saturating_add(1);
+        if p.lost_unseen < needed {
+            return false;
+        }
+        p.lost_unseen = 0;
+        self.stats.path_timeouts_overtaken += 1;
+        self.path_timeout(now, q);
+        true
     }
 
     fn tsn_of(&self, idx: u16) -> u32 {
@@ -2545,7 +2569,9 @@ impl Connection {
                         let old = &mut self.paths[from % MAX_PATHS];
                         old.inflight = old.inflight.saturating_sub(len);
                         self.stats.tlp += 1;
-                        return self.send_pkt(t, k, q, true, buf, mem);
+                        let tx = self.send_pkt(t, k, q, true, buf, mem);
+                        self.pkts[(k % WINDOW) as usize].rescued_from = from as u8;
+                        return tx;
                     }
                     break;
                 }
@@ -2678,6 +2704,7 @@ impl Connection {
             k.psn = psn;
             k.sent = now;
             k.state = S_INFLIGHT;
+            k.rescued_from = NO_PATH;
             if retx {
                 k.retx = k.retx.saturating_add(1);
             }

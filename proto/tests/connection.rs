@@ -971,3 +971,93 @@ fn reply_wait_is_bounded_by_ack_delay() {
     c.reply_wait = Duration::from_millis(5);
     assert_eq!(Connection::new(c).config().reply_wait, c.ack_delay);
 }
+
+#[test]
+fn tail_loss_probes_do_not_keep_a_black_holed_path_from_timing_out() {
+    // Spec: MR-5.3.4, MR-5.3.3, MR-5.3.5 — path 2 is black-holed from the
+    // start, the other three deliver with a 250 us one-way delay. Once their
+    // packets are acknowledged, path 2's are the whole flight, and a tail
+    // loss probe every 2 srtt + ack_delay moves its newest packet to another
+    // path, where it is acknowledged. Each such packet was overtaken on path
+    // 2, so three of them in a row time the path out, long before its 200 ms
+    // path RTO. (Core defect 8 of the compliance suite: the probes took path
+    // 2's packets away one at a time, its oldest never reached the path RTO,
+    // and path 2 took new data again and again.)
+    let prto = 200_000_000;
+    let mut t = Pair::new(|c| {
+        c.mtu = 1024;
+        c.min_path_rto = Duration::from_nanos(prto);
+        c.min_rto = Duration::from_millis(2000);
+        c.max_rto = Duration::from_millis(4000);
+        c.initial_rtt = Duration::from_millis(5);
+        c.cc.init_window = 4 * 8 * 1024;
+    });
+    let len = 600 * 1024;
+    t.mb.add_region(0x78, 0x10_0000, len);
+    t.ma.set_local(1, vec![0x5a; len]);
+    t.a.post_send(SendWr::write(1, len as u32, 0x10_0000, 0x78))
+        .unwrap();
+    let path = |p: &(u16, Vec<u8>)| (p.1[3] & 0x0f) as usize;
+    let one_way = 250_000;
+    // (arrival time, to b?, packet)
+    let mut wire: Vec<(u64, bool, (u16, Vec<u8>))> = vec![];
+    let mut down_at = None;
+    let mut done = false;
+    let mut data_on_2_while_down = 0;
+    while t.now < 3_000_000_000 && !done {
+        let down = t.a.path_info(2).unwrap().status != PathStatus::Active;
+        for p in t.out_a() {
+            if path(&p) == 2 {
+                if down && is_data(&p) {
+                    data_on_2_while_down += 1;
+                }
+                continue;
+            }
+            wire.push((t.now + one_way, true, p));
+        }
+        for p in t.out_b() {
+            wire.push((t.now + one_way, false, p));
+        }
+        if down && down_at.is_none() {
+            down_at = Some(t.now);
+        }
+        for c in t.comps_a() {
+            assert_eq!(c.status, WcStatus::Success);
+            done = true;
+        }
+        // Deliver what is due; otherwise advance to the next event.
+        let now = t.now;
+        let due: Vec<_> = wire.iter().filter(|w| w.0 <= now).cloned().collect();
+        wire.retain(|w| w.0 > now);
+        for (_, to_b, p) in &due {
+            if *to_b {
+                t.deliver_b(p);
+            } else {
+                t.deliver_a(p);
+            }
+        }
+        if !due.is_empty() {
+            continue;
+        }
+        let next = [t.a.poll_timeout(), t.b.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .map(|d| d.as_nanos())
+            .chain(wire.iter().map(|w| w.0))
+            .fold(u64::MAX, u64::min)
+            .max(t.now + 1);
+        t.tick(next - t.now);
+    }
+    assert!(done, "the transfer did not complete around path 2");
+    let st = t.a.stats();
+    let down_at = down_at.expect("path 2 never timed out");
+    assert!(
+        down_at < 1_000 + prto / 2,
+        "path 2 timed out only at {} ms; {st:?}",
+        down_at / 1_000_000
+    );
+    assert!(st.tlp >= 3 && st.path_timeouts_overtaken >= 1, "{st:?}");
+    // Path 2 stays down (it never answers a probe) while the others are
+    // active: no data goes to it (MR-6.3.2).
+    assert_eq!(data_on_2_while_down, 0, "{st:?}");
+}

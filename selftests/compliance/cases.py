@@ -2375,8 +2375,7 @@ def t_cc_increase_exact(T):
 
 
 @case("MR-6.3.1 MR-6.3.2 MR-6.2.2 MR-5.4.2",
-      "no data (new or retransmitted) on a timed-out path while other paths are active",
-      todo="core defect 8 (README): TLPs can keep a black-holed path from ever timing out")
+      "no data (new or retransmitted) on a timed-out path while other paths are active")
 def t_no_data_on_down_path(T):
     # Everything the DUT sends with MRH path id 2 is dropped, on every source
     # port (so neither data nor probes get through and the path stays
