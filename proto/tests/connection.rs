@@ -1061,3 +1061,80 @@ fn tail_loss_probes_do_not_keep_a_black_holed_path_from_timing_out() {
     // active: no data goes to it (MR-6.3.2).
     assert_eq!(data_on_2_while_down, 0, "{st:?}");
 }
+
+#[test]
+fn a_probe_copy_acknowledged_through_the_original_path_is_no_loss_there() {
+    // Spec: MR-5.3.4 — only a probe copy acknowledged by an ACK that does not
+    // echo the original's path says the original was overtaken. Here every
+    // message is one packet; those sent on path 1 are held until the tail
+    // loss probe resends them on path 0, then delivered before the copy: the
+    // ACK that takes each off the books echoes path 1, which delivered it.
+    // However many times that happens, path 1 is not timed out.
+    let mut t = Pair::new(|c| {
+        c.mtu = 1024;
+        c.num_paths = 2;
+        c.min_path_rto = Duration::from_millis(1000);
+        c.min_rto = Duration::from_millis(2000);
+        c.max_rto = Duration::from_millis(4000);
+    });
+    let path = |p: &(u16, Vec<u8>)| (p.1[3] & 0x0f) as usize;
+    let mut rescued = 0;
+    for m in 0..60u64 {
+        t.ma.set_local(m, vec![m as u8; 512]);
+        t.a.post_send(SendWr::write(m, 512, 0x1000, 0x77)).unwrap();
+        let (mut held, mut sent, mut done) = (vec![], 0, false);
+        for _ in 0..1000 {
+            for p in t.out_a() {
+                if !is_data(&p) {
+                    t.deliver_b(&p);
+                    continue;
+                }
+                sent += 1;
+                if sent == 1 && path(&p) == 1 {
+                    held.push(p);
+                    continue;
+                }
+                if sent > 1 && !held.is_empty() {
+                    // The probe's copy: the original arrives first and is
+                    // acknowledged (on its own path), then the copy.
+                    assert_eq!(path(&p), 0, "the probe went to the other path");
+                    rescued += 1;
+                    for h in held.drain(..) {
+                        t.deliver_b(&h);
+                    }
+                    for q in t.out_b() {
+                        t.deliver_a(&q);
+                    }
+                }
+                t.deliver_b(&p);
+            }
+            for q in t.out_b() {
+                t.deliver_a(&q);
+            }
+            if !t.comps_a().is_empty() {
+                done = true;
+                break;
+            }
+            let next = [t.a.poll_timeout(), t.b.poll_timeout()]
+                .into_iter()
+                .flatten()
+                .map(|d| d.as_nanos())
+                .fold(t.now + 1_000_000, u64::min)
+                .max(t.now + 1);
+            t.tick(next - t.now);
+        }
+        assert!(done, "message {m} did not complete");
+        assert_eq!(
+            t.a.path_info(1).unwrap().status,
+            PathStatus::Active,
+            "path 1 failed after {rescued} probes whose originals it delivered; {:?}",
+            t.a.stats()
+        );
+    }
+    let st = t.a.stats();
+    assert!(
+        rescued >= 6,
+        "only {rescued} messages went to path 1 and were probed: {st:?}"
+    );
+    assert_eq!(st.path_timeouts, 0, "{st:?}");
+}
