@@ -263,8 +263,8 @@ pub struct Stats {
     pub path_timeouts: u64,
     /// Of `path_timeouts`, those declared because a run of a path's packets (3,
     /// more once reordering is seen) were overtaken by later packets of other
-    /// paths with none of its own acknowledged (MR-5.3.3) rather than by the
-    /// path's RTO.
+    /// paths, tail-loss-probe copies included (MR-5.3.4), with none of its own
+    /// acknowledged (MR-5.3.3) rather than by the path's RTO.
     pub path_timeouts_overtaken: u64,
     /// Connection retransmission timeouts.
     pub rto: u64,
