@@ -32,6 +32,8 @@ MARKERS = {"tcp": 0, "rxe": 1, "siw": 2, "metaroce": 3}
 
 
 def cond_label(c):
+    if c == "clean":
+        return "no netem"
     if c.startswith("loss"):
         return c[4:] + "%"
     if c.startswith("reorder"):
@@ -143,7 +145,8 @@ def main():
                         "notes": sorted({r["note"] for r in runs if r["note"]})})
     if lines:
         header = ["test", "link"] + header_tr + header_ratio
-        out += [f"One link (veth, MTU {params.get('link_mtu', '1500')}, netem on both ends; "
+        out += [f"One link (veth, MTU {params.get('link_mtu', '1500')}, netem on both ends, "
+                "0% included, except 'no netem'; "
                 f"RPS {'on for bandwidth' if params.get('rps', '0') == '1' else 'off'}; "
                 f"MetaRoCE rc_mtu={params.get('rc_mtu', '0')}). "
                 "Bandwidth: goodput in Mbit/s, higher is better; "
