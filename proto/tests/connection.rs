@@ -82,6 +82,17 @@ impl Pair {
             self.b.handle_timeout(t);
         }
     }
+    /// Advances to the earliest of `a`'s and `b`'s next deadlines and `limit`
+    /// (at least 1 ns), firing the timers that are due.
+    fn advance_until(&mut self, limit: u64) {
+        let next = [self.a.poll_timeout(), self.b.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .map(|d| d.as_nanos())
+            .fold(limit, u64::min)
+            .max(self.now + 1);
+        self.tick(next - self.now);
+    }
     fn comps_a(&mut self) -> Vec<Completion> {
         std::iter::from_fn(|| self.a.poll_completion()).collect()
     }
@@ -833,13 +844,7 @@ fn no_data_on_a_suspect_or_failed_path_while_an_active_one_exists() {
             break;
         }
         // Next event: the earlier of 2 us and a's or b's next deadline.
-        let next = [t.a.poll_timeout(), t.b.poll_timeout()]
-            .into_iter()
-            .flatten()
-            .map(|d| d.as_nanos())
-            .fold(t.now + 2_000, u64::min)
-            .max(t.now + 1);
-        t.tick(next - t.now);
+        t.advance_until(t.now + 2_000);
     }
     assert_eq!(done, 40, "transfers did not complete");
     assert!(seen_suspect && seen_failed, "path 1 never timed out");
@@ -1039,14 +1044,8 @@ fn tail_loss_probes_do_not_keep_a_black_holed_path_from_timing_out() {
         if !due.is_empty() {
             continue;
         }
-        let next = [t.a.poll_timeout(), t.b.poll_timeout()]
-            .into_iter()
-            .flatten()
-            .map(|d| d.as_nanos())
-            .chain(wire.iter().map(|w| w.0))
-            .fold(u64::MAX, u64::min)
-            .max(t.now + 1);
-        t.tick(next - t.now);
+        let arrival = wire.iter().map(|w| w.0).min().unwrap_or(u64::MAX);
+        t.advance_until(arrival);
     }
     assert!(done, "the transfer did not complete around path 2");
     let st = t.a.stats();
@@ -1115,13 +1114,7 @@ fn a_probe_copy_acknowledged_through_the_original_path_is_no_loss_there() {
                 done = true;
                 break;
             }
-            let next = [t.a.poll_timeout(), t.b.poll_timeout()]
-                .into_iter()
-                .flatten()
-                .map(|d| d.as_nanos())
-                .fold(t.now + 1_000_000, u64::min)
-                .max(t.now + 1);
-            t.tick(next - t.now);
+            t.advance_until(t.now + 1_000_000);
         }
         assert!(done, "message {m} did not complete");
         assert_eq!(
