@@ -101,6 +101,11 @@ impl Pair {
     }
 }
 
+/// The MRH path id of a datagram (low nibble of byte 3).
+fn path_of(p: &(u16, Vec<u8>)) -> usize {
+    (p.1[3] & 0x0f) as usize
+}
+
 fn is_data(p: &(u16, Vec<u8>)) -> bool {
     let op = p.1[1];
     op != 0x20 && op != 0x21
@@ -760,7 +765,7 @@ fn ack_echo_fields_update_the_echo_path_not_the_mrh_path() {
     t.ma.set_local(1, vec![1; 10]);
     t.a.post_send(SendWr::write(1, 10, 0x1000, 0x77)).unwrap();
     let p = t.out_a().into_iter().find(is_data).unwrap();
-    let q = (p.1[3] & 0x0f) as usize;
+    let q = path_of(&p);
     t.deliver_b(&p);
     let mut ack = t.out_b().pop().unwrap();
     assert_eq!(ack.1[20 + 6] & 0x0f, q as u8);
@@ -788,7 +793,6 @@ fn no_data_on_a_suspect_or_failed_path_while_an_active_one_exists() {
     // while other paths are active; only probes do. Everything sent on path
     // 1 is black-holed, the other three paths are perfect.
     let mut t = Pair::new(|c| c.mtu = 1024);
-    let path = |p: &(u16, Vec<u8>)| (p.1[3] & 0x0f) as usize;
     let mut posted = 0u64;
     let post = |t: &mut Pair, posted: &mut u64| {
         t.ma.set_local(*posted, vec![*posted as u8; 4096]);
@@ -808,7 +812,7 @@ fn no_data_on_a_suspect_or_failed_path_while_an_active_one_exists() {
             .iter()
             .any(|&q| t.a.path_info(q).unwrap().status == PathStatus::Active);
         for p in t.out_a() {
-            if path(&p) != 1 {
+            if path_of(&p) != 1 {
                 if down && is_data(&p) {
                     data_after += 1;
                 }
@@ -1002,7 +1006,6 @@ fn tail_loss_probes_do_not_keep_a_black_holed_path_from_timing_out() {
     t.ma.set_local(1, vec![0x5a; len]);
     t.a.post_send(SendWr::write(1, len as u32, 0x10_0000, 0x78))
         .unwrap();
-    let path = |p: &(u16, Vec<u8>)| (p.1[3] & 0x0f) as usize;
     let one_way = 250_000;
     // (arrival time, to b?, packet)
     let mut wire: Vec<(u64, bool, (u16, Vec<u8>))> = vec![];
@@ -1012,7 +1015,7 @@ fn tail_loss_probes_do_not_keep_a_black_holed_path_from_timing_out() {
     while t.now < 3_000_000_000 && !done {
         let down = t.a.path_info(2).unwrap().status != PathStatus::Active;
         for p in t.out_a() {
-            if path(&p) == 2 {
+            if path_of(&p) == 2 {
                 if down && is_data(&p) {
                     data_on_2_while_down += 1;
                 }
@@ -1076,7 +1079,6 @@ fn a_probe_copy_acknowledged_through_the_original_path_is_no_loss_there() {
         c.min_rto = Duration::from_millis(2000);
         c.max_rto = Duration::from_millis(4000);
     });
-    let path = |p: &(u16, Vec<u8>)| (p.1[3] & 0x0f) as usize;
     let mut rescued = 0;
     for m in 0..60u64 {
         t.ma.set_local(m, vec![m as u8; 512]);
@@ -1089,14 +1091,14 @@ fn a_probe_copy_acknowledged_through_the_original_path_is_no_loss_there() {
                     continue;
                 }
                 sent += 1;
-                if sent == 1 && path(&p) == 1 {
+                if sent == 1 && path_of(&p) == 1 {
                     held.push(p);
                     continue;
                 }
                 if sent > 1 && !held.is_empty() {
                     // The probe's copy: the original arrives first and is
                     // acknowledged (on its own path), then the copy.
-                    assert_eq!(path(&p), 0, "the probe went to the other path");
+                    assert_eq!(path_of(&p), 0, "the probe went to the other path");
                     rescued += 1;
                     for h in held.drain(..) {
                         t.deliver_b(&h);
