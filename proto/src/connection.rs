@@ -22,8 +22,8 @@ use super::verbs::{
     Transmit, WcOpcode, WcStatus, WrOpcode, WR_FENCE, WR_SIGNALED, WR_SOLICITED,
 };
 use super::wire::{
-    rnr_timer_ns, AckRepr, AtomicRepr, BaseRepr, Body, Flags, Opcode, PacketRepr, RequestRepr,
-    ResponseRepr, Syndrome, ACK_EXT_LEN, ACK_FLAG_DUP, ACK_FLAG_ECE, ACK_FLAG_PROBE, MAX_MTU,
+    rnr_timer_ns, AckRepr, AtomicRepr, BaseRepr, Body, Flags, Opcode, PacketRepr, Payload,
+    RequestRepr, ResponseRepr, Syndrome, ACK_EXT_LEN, ACK_FLAG_DUP, ACK_FLAG_ECE, ACK_FLAG_PROBE, MAX_MTU,
     MIN_MTU,
 };
 
@@ -1140,9 +1140,25 @@ impl Connection {
         bytes: &[u8],
         mem: &mut M,
     ) {
+        self.handle_scattered(now, src_port, ce, bytes, &[], mem);
+    }
+
+    /// [`Self::handle_datagram`] of a datagram received in pieces: `bytes`
+    /// (which must hold the headers, see [`PacketRepr::parse_scattered`]),
+    /// then each of `more`. The payload is placed piece by piece, with no
+    /// copy to join them.
+    pub fn handle_scattered<M: Memory>(
+        &mut self,
+        now: Instant,
+        src_port: u16,
+        ce: bool,
+        bytes: &[u8],
+        more: &[&[u8]],
+        mem: &mut M,
+    ) {
         // Spec: MR-3.1.5, MR-9.4.2 — invalid input is counted and dropped
         // without any response.
-        let pkt = match PacketRepr::parse(bytes) {
+        let pkt = match PacketRepr::parse_scattered(bytes, more) {
             Ok(p) => p,
             Err(_) => {
                 self.stats.rx_invalid += 1;
@@ -1372,7 +1388,7 @@ impl Connection {
         base: &BaseRepr,
         req: &RequestRepr,
         atomic: Option<AtomicRepr>,
-        payload: &[u8],
+        payload: Payload<'_>,
         mem: &mut M,
     ) -> Verdict {
         let op = base.opcode;
@@ -1473,9 +1489,8 @@ impl Connection {
                 0
             };
             let split = payload.len() - t;
-            let (head, tail) = payload.split_at(split);
             let s = self.msgs[idx];
-            let r = place(mem, &s, req.offset, head);
+            let r = place(mem, &s, req.offset, payload, split);
             let s = &mut self.msgs[idx];
             match r {
                 Ok(()) => {
@@ -1483,7 +1498,7 @@ impl Connection {
                         s.tail_len = t as u8;
                         s.tail_off = req.offset.wrapping_add(split as u32);
                         if let Some(dst) = s.tail.get_mut(..t) {
-                            dst.copy_from_slice(tail);
+                            payload.copy_to(split, dst);
                         }
                     }
                 }
@@ -1512,7 +1527,7 @@ impl Connection {
             let mut err = Syndrome::from_u8(s.err).filter(|e| e.is_fatal());
             if err.is_none() && s.tail_len > 0 {
                 let tail = s.tail.get(..s.tail_len as usize).unwrap_or(&[]);
-                if let Err(e) = place(mem, &s, s.tail_off, tail) {
+                if let Err(e) = place(mem, &s, s.tail_off, tail.into(), tail.len()) {
                     err = Some(mem_syndrome(e));
                 }
             }
@@ -1620,7 +1635,7 @@ impl Connection {
         _now: u64,
         base: &BaseRepr,
         rsp: &ResponseRepr,
-        payload: &[u8],
+        payload: Payload<'_>,
         mem: &mut M,
     ) -> Verdict {
         let m = rsp.req_msn;
@@ -1640,14 +1655,13 @@ impl Connection {
         }
         let r = if base.opcode == Opcode::AtomicResp {
             let mut b = [0u8; 8];
-            if let Some(s) = payload.get(..8) {
-                b.copy_from_slice(s);
-            }
+            payload.copy_to(0, &mut b);
             mem.write_local(e.wr.wr_id, 0, &u64::from_be_bytes(b).to_ne_bytes())
-        } else if payload.is_empty() {
-            Ok(())
         } else {
-            mem.write_local(e.wr.wr_id, rsp.offset, payload)
+            // Spec: MR-4.2.1 — each piece at its own offset, as it arrived.
+            payload.for_each_in(0, payload.len(), |off, piece| {
+                mem.write_local(e.wr.wr_id, rsp.offset.wrapping_add(off as u32), piece)
+            })
         };
         if r.is_err() {
             self.enter_error(Some((m, WcStatus::LocProtErr)));
@@ -2752,7 +2766,7 @@ impl Connection {
                 body: Body::Request {
                     req,
                     atomic,
-                    payload: &[],
+                    payload: Payload::EMPTY,
                 },
                 ack: None,
             };
@@ -2790,7 +2804,7 @@ impl Connection {
                         offset: k.offset,
                         msg_len: j.len,
                     },
-                    payload: &[],
+                    payload: Payload::EMPTY,
                 },
                 ack: None,
             };
@@ -3016,25 +3030,31 @@ fn mem_syndrome(e: MemError) -> Syndrome {
     }
 }
 
-/// Places request payload `data` at message offset `off` (MR-4.2.1).
+/// Places the first `len` bytes of request payload `data` at message offset
+/// `off` (MR-4.2.1), one piece of the datagram at a time.
 fn place<R: Responder + LocalMemory>(
     mem: &mut R,
     s: &MsgSlot,
     off: u32,
-    data: &[u8],
+    data: Payload<'_>,
+    len: usize,
 ) -> Result<(), MemError> {
-    if data.is_empty() {
+    if len == 0 {
         return Ok(());
     }
     match Opcode::from_u8(s.op) {
         Some(Opcode::Write | Opcode::WriteImm) => {
             // Spec: MR-9.2.2 — address arithmetic never wraps.
             let va = s.va.checked_add(off as u64).ok_or(MemError::Access)?;
-            va.checked_add(data.len() as u64).ok_or(MemError::Access)?;
-            mem.write_remote(s.rkey, va, data)
+            va.checked_add(len as u64).ok_or(MemError::Access)?;
+            data.for_each_in(0, len, |at, piece| {
+                mem.write_remote(s.rkey, va + at as u64, piece)
+            })
         }
         Some(Opcode::Send | Opcode::SendImm | Opcode::SendInv) => {
-            mem.write_recv(s.recv_wr, off, data)
+            data.for_each_in(0, len, |at, piece| {
+                mem.write_recv(s.recv_wr, off.wrapping_add(at as u32), piece)
+            })
         }
         _ => Ok(()),
     }

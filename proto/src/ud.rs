@@ -55,6 +55,8 @@ pub fn accept_datagram<'a>(
     let Body::Datagram { ud, payload } = p.body else {
         return Err(UdDrop::NotDatagram);
     };
+    // Parsed from one buffer, so the payload is one slice.
+    let payload = payload.as_slice().ok_or(UdDrop::Wire(WireError::Truncated))?;
     if p.base.dest_qpn != qpn & 0x00ff_ffff {
         return Err(UdDrop::WrongQpn);
     }
@@ -124,7 +126,7 @@ pub fn emit_datagram(buf: &mut [u8], now: Instant, d: &UdSend<'_>) -> Result<usi
                 src_qpn: d.src_qpn & 0x00ff_ffff,
                 imm: d.imm.unwrap_or(0),
             },
-            payload: d.payload,
+            payload: d.payload.into(),
         },
         ack: None,
     };

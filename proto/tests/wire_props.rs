@@ -61,7 +61,7 @@ fn random_repr<'a>(r: &mut Rng, payload: &'a [u8]) -> PacketRepr<'a> {
                 remote_va: r.next_u64(),
             },
             atomic,
-            payload,
+            payload: payload.into(),
         }
     } else if op.is_response() {
         let (payload, offset, msg_len) = if op == Opcode::AtomicResp {
@@ -79,7 +79,7 @@ fn random_repr<'a>(r: &mut Rng, payload: &'a [u8]) -> PacketRepr<'a> {
                 offset,
                 msg_len,
             },
-            payload,
+            payload: payload.into(),
         }
     } else if op == Opcode::Ack {
         Body::Ack(random_ack(r))
@@ -92,7 +92,7 @@ fn random_repr<'a>(r: &mut Rng, payload: &'a [u8]) -> PacketRepr<'a> {
                 src_qpn: r.below(1 << 24) as u32,
                 imm: r.next_u64() as u32,
             },
-            payload,
+            payload: payload.into(),
         }
     };
     // Spec: MR-3.7.6 — requests and responses may carry a positive ACK.
@@ -150,6 +150,27 @@ fn roundtrip_random_packets() {
         assert_eq!(len, buf.len());
         let back = PacketRepr::parse(&buf).unwrap_or_else(|e| panic!("{e:?} for {p:?}"));
         assert_eq!(back, p);
+        // The same datagram in pieces: any split after the headers parses to
+        // the same packet; a split inside them is Truncated, never a panic.
+        let cut = r.below(len as u64 + 1) as usize;
+        let (first, rest) = buf.split_at(cut);
+        let mut pieces: Vec<&[u8]> = vec![];
+        let mut rest = rest;
+        while !rest.is_empty() {
+            let (a, b) = rest.split_at(rest.len().min(1 + r.below(40) as usize));
+            pieces.push(a);
+            rest = b;
+        }
+        match PacketRepr::parse_scattered(first, &pieces) {
+            Ok(q) => {
+                assert!(cut >= p.header_len(), "headers split at {cut} parsed: {q:?}");
+                assert_eq!(q, p);
+            }
+            Err(e) => {
+                assert!(cut < p.header_len(), "{e:?} for a split at {cut} of {p:?}");
+                assert_eq!(e, WireError::Truncated);
+            }
+        }
         // Emitting into a short buffer fails cleanly.
         if len > 0 {
             assert_eq!(p.emit(&mut buf[..len - 1]), Err(WireError::BufferTooSmall));
@@ -328,7 +349,7 @@ fn piggybacked_ack_is_checked() {
                 remote_va: 0,
             },
             atomic: None,
-            payload: &payload,
+            payload: Payload::contiguous(&payload),
         },
         ack: Some(ack),
     };

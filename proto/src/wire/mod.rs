@@ -25,6 +25,7 @@ mod base;
 mod ext;
 mod packet;
 mod params;
+mod payload;
 mod request;
 
 pub use self::ack::{
@@ -37,6 +38,7 @@ pub use self::ext::{
     EXT_TYPE_PAD,
 };
 pub use self::packet::{Body, PacketRepr, ACK_EXT_LEN};
+pub use self::payload::{Payload, HEADERS_MAX};
 pub use self::params::{
     ConnParams, ParamsBlock, MAX_MTU, MIN_MTU, PARAMS_FLAG_CREDIT, PARAMS_MAGIC,
 };

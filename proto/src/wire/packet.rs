@@ -4,6 +4,7 @@
 
 use super::ext::{emit_ext_header, ExtIter, EXT_HEADER_LEN, EXT_TYPE_ACK, EXT_TYPE_PAD};
 use super::{
+    Payload,
     AckHeader, AckRepr, AtomicHeader, AtomicRepr, BaseHeader, BaseRepr, Flags, Opcode,
     RequestHeader, RequestRepr, ResponseHeader, ResponseRepr, Syndrome, UdHeader, UdRepr,
     WireError, ACK_FLAG_PROBE,
@@ -22,14 +23,14 @@ pub enum Body<'a> {
         /// Atomic header, present exactly for atomic opcodes.
         atomic: Option<AtomicRepr>,
         /// Payload bytes.
-        payload: &'a [u8],
+        payload: Payload<'a>,
     },
     /// READ_RESP, ATOMIC_RESP.
     Response {
         /// Response header.
         rsp: ResponseRepr,
         /// Payload bytes.
-        payload: &'a [u8],
+        payload: Payload<'a>,
     },
     /// ACK or NAK.
     Ack(AckRepr),
@@ -40,7 +41,7 @@ pub enum Body<'a> {
         /// Datagram header.
         ud: UdRepr,
         /// Payload bytes.
-        payload: &'a [u8],
+        payload: Payload<'a>,
     },
 }
 
@@ -100,6 +101,17 @@ impl<'a> PacketRepr<'a> {
     /// Parses and validates an untrusted datagram payload. Never panics
     /// (MR-3.1.6); every rejection is a [`WireError`].
     pub fn parse(bytes: &'a [u8]) -> Result<PacketRepr<'a>, WireError> {
+        Self::parse_scattered(bytes, &[])
+    }
+
+    /// [`Self::parse`] of a datagram received in pieces: `bytes`, then each of
+    /// `more`. The headers must lie in `bytes` (a receiver that has the first
+    /// [`super::HEADERS_MAX`] bytes there can parse any packet); what follows
+    /// them, in `bytes` and `more`, is the payload.
+    pub fn parse_scattered(
+        bytes: &'a [u8],
+        more: &'a [&'a [u8]],
+    ) -> Result<PacketRepr<'a>, WireError> {
         let base = BaseRepr::parse(&BaseHeader::new_checked(bytes)?)?;
         let (_, rest) = split(bytes, BaseRepr::LEN)?;
         let op = base.opcode;
@@ -129,7 +141,7 @@ impl<'a> PacketRepr<'a> {
             } else {
                 None
             };
-            let payload = skip_ext(rest)?;
+            let payload = Payload::scattered(skip_ext(rest)?, more);
             if !op.carries_payload() {
                 // Spec: MR-3.3.3 — READ_REQ and atomics carry no payload.
                 if !payload.is_empty() {
@@ -148,7 +160,7 @@ impl<'a> PacketRepr<'a> {
             }
         } else if op.is_response() {
             let rsp = ResponseRepr::parse(&ResponseHeader::new_checked(rest)?)?;
-            let payload = skip_ext(split(rest, ResponseRepr::LEN)?.1)?;
+            let payload = Payload::scattered(skip_ext(split(rest, ResponseRepr::LEN)?.1)?, more);
             if op == Opcode::AtomicResp
                 && (rsp.msg_len != 8 || rsp.offset != 0 || payload.len() != 8)
             {
@@ -170,7 +182,8 @@ impl<'a> PacketRepr<'a> {
                 _ => {
                     // UdSend / UdSendImm
                     let ud = UdRepr::parse(&UdHeader::new_checked(rest)?)?;
-                    let payload = skip_ext(split(rest, UdRepr::LEN)?.1)?;
+                    let payload =
+                        Payload::scattered(skip_ext(split(rest, UdRepr::LEN)?.1)?, more);
                     Body::Datagram { ud, payload }
                 }
             }
@@ -194,13 +207,13 @@ impl<'a> PacketRepr<'a> {
             }
     }
 
-    /// The payload slice of the body (empty for ACK and PROBE).
-    pub fn payload(&self) -> &'a [u8] {
+    /// The payload of the body (empty for ACK and PROBE).
+    pub fn payload(&self) -> Payload<'a> {
         match self.body {
             Body::Request { payload, .. }
             | Body::Response { payload, .. }
             | Body::Datagram { payload, .. } => payload,
-            Body::Ack(_) | Body::Probe => &[],
+            Body::Ack(_) | Body::Probe => Payload::EMPTY,
         }
     }
 
@@ -272,9 +285,10 @@ impl<'a> PacketRepr<'a> {
         let hl = self.emit_headers(buf)?;
         let p = self.payload();
         let end = hl.checked_add(p.len()).ok_or(WireError::BufferTooSmall)?;
-        buf.get_mut(hl..end)
-            .ok_or(WireError::BufferTooSmall)?
-            .copy_from_slice(p);
+        let dst = buf.get_mut(hl..end).ok_or(WireError::BufferTooSmall)?;
+        if !p.copy_to(0, dst) {
+            return Err(WireError::BufferTooSmall);
+        }
         Ok(end)
     }
 }
