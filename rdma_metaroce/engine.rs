@@ -12,7 +12,7 @@
 //! [`Io`] that transmits (GFP_ATOMIC) and completes.
 
 use crate::cq::{Grh, Wc};
-use crate::ffi::UserQueues;
+use crate::ffi::{TxFrags, UserQueues};
 use crate::ids::IdTable;
 use crate::mr::{MrTable, Need, PdId};
 use crate::proto::{
@@ -120,14 +120,32 @@ pub(crate) trait Io {
         room.copy_from_slice(pkt);
         self.transmit_buf(dgid, src_port, ecn, buf, pkt.len())
     }
+    /// True if payloads may leave as references to the pages of the memory they
+    /// come from ([`TxFrags`], zero-copy transmit; the `zero_copy_tx` parameter).
+    fn sends_pages(&self) -> bool {
+        false
+    }
+    /// Sends the packet made of `header` and the payload `frags` holds, as
+    /// [`Io::transmit_buf`]. False if it could not be sent; `frags` then still
+    /// holds the payload if no skb took it.
+    fn transmit_pages(&mut self, _dgid: &[u8; 16], _src_port: u16, _ecn: Ecn, _header: &[u8], _frags: &mut TxFrags) -> bool {
+        false
+    }
     /// Delivers a completion to the send (`recv == false`) or receive CQ.
     fn complete(&mut self, recv: bool, wc: Wc, solicited: bool);
 }
 
+/// Fewest payload bytes worth sending by reference: below that, taking page
+/// references and building fragments costs about what copying does.
+const PAGES_MIN: usize = 2048;
+
 /// A received MetaRoCE datagram and what the lower headers said about it.
 pub(crate) struct Received<'a> {
-    /// Everything after the UDP header.
+    /// Everything after the UDP header, or its first piece (holding the headers).
     pub(crate) bytes: &'a [u8],
+    /// The datagram's further pieces (page fragments), in order; only for a QP that
+    /// [takes them](Engine::takes_pieces).
+    pub(crate) more: &'a [&'a [u8]],
     pub(crate) src_port: u16,
     /// The IP ECN field was CE.
     pub(crate) ce: bool,
@@ -287,8 +305,12 @@ pub(crate) struct Engine {
     /// Staging buffer: UD packets, small RC packets, and any packet whose skb could
     /// not be allocated.
     tx: KVec<u8>,
-    /// The last RC packet was larger than [`SMALL_TX`]: build the next in its skb.
+    /// The last RC packet was larger than [`SMALL_TX`]: build the next in its skb
+    /// (unless its payload went out by reference, see `tx_by_ref`).
     tx_large: bool,
+    /// The last large RC packet's payload went out by reference ([`TxFrags`]):
+    /// build the next in the staging buffer too, taking its pages.
+    tx_by_ref: bool,
     /// Every send completes visibly (`IB_SIGNAL_ALL_WR`).
     sig_all: bool,
     /// Receives come from an SRQ, one WQE per arriving message ([`take_from_srq`]).
@@ -365,12 +387,19 @@ impl Engine {
             src_port: 0xC000 | (port_seed & 0x3fff),
             tx: filled(0u8, TX_BUF.max(proto::connection::MAX_HEADER + max_rc_mtu as usize))?,
             tx_large: false,
+            tx_by_ref: false,
             sig_all,
             on_srq: srq_max_sge.is_some(),
             counters: EngineCounters::default(),
             last_stats: proto::Stats::default(),
             user: None,
         })
+    }
+
+    /// True if received datagrams may come in pieces ([`Received::more`]): an RC
+    /// connection places each piece where it belongs; a UD datagram is taken whole.
+    pub(crate) fn takes_pieces(&self) -> bool {
+        self.ty == QpType::Rc
     }
 
     pub(crate) fn errored(&self) -> bool {
@@ -746,8 +775,8 @@ impl Engine {
                 if !*errored {
                     feed_receives(q, conn);
                 }
-                let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters };
-                conn.handle_datagram(now, src_port, ce, bytes, &mut mem);
+                let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters, pages: None };
+                conn.handle_scattered(now, src_port, ce, bytes, d.more, &mut mem);
             }
             QpType::Ud => self.on_ud(sh, io, d.addrs, bytes),
         }
@@ -778,7 +807,7 @@ impl Engine {
             IpPair::V4(s, dst) => (grh_ipv4(s, dst, d.payload.len()), Grh::Ipv4),
             IpPair::V6(s, dst) => (grh_ipv6(&s, &dst, d.payload.len()), Grh::Ipv6),
         };
-        let mut mem = QpMemory { sh, q: &mut self.q, pd: self.pd, access: self.access, counters: &mut self.counters };
+        let mut mem = QpMemory { sh, q: &mut self.q, pd: self.pd, access: self.access, counters: &mut self.counters, pages: None };
         let ok = mem.write_recv(idx as u64, 0, &grh).is_ok()
             && mem.write_recv(idx as u64, GRH_LEN as u32, d.payload).is_ok();
         let status = if ok { WcStatus::Success } else { WcStatus::LocProtErr };
@@ -850,7 +879,7 @@ impl Engine {
         // goes on while the ACK and the next packets are built and sent.
         self.retire_ready(io);
         let mut local_failed = false;
-        let Engine { conn, q, pd, access, counters, remote_gid, tx, tx_large, .. } = self;
+        let Engine { conn, q, pd, access, counters, remote_gid, tx, tx_large, tx_by_ref, .. } = self;
         let conn = conn.as_mut()?;
         if rx_drained && conn.poll_timeout().is_some_and(|t| t <= now) {
             conn.handle_timeout(now);
@@ -910,17 +939,21 @@ impl Engine {
         feed_receives(q, conn);
         let mut more = false;
         if !(ack_clocked && conn.in_flight()) {
-            let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters };
+            let by_ref = io.sends_pages();
+            let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters, pages: None };
             let mut sent = 0;
             let want = conn.max_packet_len();
-            // Packets with payload are built in the skb they leave in (no copy);
+            // Packets with payload from user memory leave with the pages attached
+            // (zero-copy, when `by_ref`): built in the staging buffer, which takes
+            // their headers only, then sent as headers + page fragments. Other
+            // packets with payload are built in the skb they leave in (one copy);
             // small ones (ACKs, short messages) in the staging buffer and copied into
             // an skb of their own size, so that each does not cost an allocation of
             // the largest packet (an order-4 page block at rc_mtu=32768) that is then
             // mostly empty. Which kind comes next is guessed from the last one; a
             // wrong guess costs one copy or one oversized skb, never a packet.
             loop {
-                let direct = if *tx_large { io.tx_buf(want) } else { None };
+                let direct = if *tx_large && !(by_ref && *tx_by_ref) { io.tx_buf(want) } else { None };
                 let ok = match direct {
                     Some(mut buf) => match conn.poll_transmit(now, &mut buf, &mut mem) {
                         Some(t) => (io.transmit_buf(remote_gid, t.src_port, t.ecn, buf, t.len), t.len),
@@ -930,13 +963,21 @@ impl Engine {
                     // is still built (the connection must not wait for memory with
                     // timers stopped), and if no skb can hold it either it is counted
                     // lost; loss recovery sends it again.
-                    None => match conn.poll_transmit(now, tx, &mut mem) {
-                        Some(t) => {
-                            let pkt = tx.get(..t.len).unwrap_or(&[]);
-                            (!pkt.is_empty() && io.transmit(remote_gid, t.src_port, t.ecn, pkt), t.len)
-                        }
-                        None => break,
-                    },
+                    None => {
+                        mem.pages = by_ref.then(|| TakePages { frags: TxFrags::new(), base: tx.as_ptr() as usize });
+                        let t = conn.poll_transmit(now, tx, &mut mem);
+                        let taken = mem.pages.take().map(|p| p.frags).filter(|f| f.bytes() > 0);
+                        let Some(t) = t else { break };
+                        *tx_by_ref = taken.is_some();
+                        let ok = match taken {
+                            Some(mut pages) => send_by_ref(io, remote_gid, &t, tx, &mut pages),
+                            None => {
+                                let pkt = tx.get(..t.len).unwrap_or(&[]);
+                                !pkt.is_empty() && io.transmit(remote_gid, t.src_port, t.ecn, pkt)
+                            }
+                        };
+                        (ok, t.len)
+                    }
                 };
                 *tx_large = ok.1 > SMALL_TX;
                 match ok {
@@ -1151,7 +1192,7 @@ impl Engine {
             let hdr = ud_header_room();
             let status = {
                 let Engine { q, pd, access, counters, tx, qpn, qkey, src_port, .. } = self;
-                let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters };
+                let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters, pages: None };
                 // Gather the payload behind the room the header needs, then build the
                 // datagram around it.
                 let body = &mut tx[hdr..];
@@ -1263,6 +1304,40 @@ fn emit_ud(
     WcStatus::Success
 }
 
+/// Sends packet `t`, built in `tx` with its payload held by reference in
+/// `pages`: headers copied, pages attached. If the payload is not where the
+/// headers end, or the pages cannot go out as they are, it is copied into `tx`
+/// and the packet sent from there.
+fn send_by_ref(io: &mut impl Io, dgid: &[u8; 16], t: &proto::Transmit, tx: &mut [u8], pages: &mut TxFrags) -> bool {
+    let held = pages.bytes();
+    let Some(place) = pages.place() else {
+        pages.clear();
+        return false;
+    };
+    if place + held == t.len {
+        if let Some(header) = tx.get(..place) {
+            if io.transmit_pages(dgid, t.src_port, t.ecn, header, pages) {
+                return true;
+            }
+        }
+    }
+    // Not sent by reference: the bytes go where the protocol meant them.
+    let copied = match tx.get_mut(place..place + held) {
+        Some(out) => pages.copy_to(out),
+        None => false,
+    };
+    pages.clear();
+    copied && io.transmit(dgid, t.src_port, t.ecn, tx.get(..t.len).unwrap_or(&[]))
+}
+
+/// Where the payload of the packet being built goes by reference: `frags` takes
+/// its pages; `base` is the address of the packet buffer, to note where in it the
+/// payload would have been written.
+struct TakePages {
+    frags: TxFrags,
+    base: usize,
+}
+
 /// The connection's view of the QP's memory: posted buffers by slot, registered
 /// regions by key, with the QP's protection domain and access rights.
 struct QpMemory<'a, 'b> {
@@ -1271,6 +1346,29 @@ struct QpMemory<'a, 'b> {
     pd: PdId,
     access: u32,
     counters: &'a mut EngineCounters,
+    /// While a packet is built for sending by reference: where its payload's
+    /// pages go (payloads from user memory of at least [`PAGES_MIN`] bytes).
+    pages: Option<TakePages>,
+}
+
+impl TakePages {
+    /// After an attempt to take the pages for `out`: true if all were taken (the
+    /// payload's place in the packet buffer noted); otherwise drops whatever was
+    /// taken, and the caller copies into `out` instead (which also reports an
+    /// access error, if that is why).
+    fn taken(&mut self, r: Result<(), MemError>, out: &[u8]) -> bool {
+        let place = (out.as_ptr() as usize).checked_sub(self.base);
+        match (r, place) {
+            (Ok(()), Some(at)) if self.frags.bytes() == out.len() => {
+                self.frags.note_place(at);
+                true
+            }
+            _ => {
+                self.frags.clear();
+                false
+            }
+        }
+    }
 }
 
 impl QpMemory<'_, '_> {
@@ -1326,6 +1424,16 @@ impl LocalMemory for QpMemory<'_, '_> {
         let base = i * self.q.max_send_sge;
         let sges = &self.q.sq_sge[base..base + s.nsge as usize];
         let (sh, pd) = (self.sh, self.pd);
+        if let Some(p) = self.pages.as_mut().filter(|_| out.len() >= PAGES_MIN) {
+            let r = Self::walk(sges, offset, out.len(), |sge, off, range| {
+                sh.mrs.access(sh.keys, sge.lkey, pd, sge.addr + off, range.len(), Need::LocalRead, |m, iova, o| {
+                    m.take_pages(iova, o, range.len(), &mut p.frags)
+                })
+            });
+            if p.taken(r, out) {
+                return Ok(());
+            }
+        }
         let r = Self::walk(sges, offset, out.len(), |sge, off, range| {
             let buf = &mut out[range];
             sh.mrs.access(sh.keys, sge.lkey, pd, sge.addr + off, buf.len(), Need::LocalRead, |m, iova, o| m.read(iova, o, buf))
@@ -1360,7 +1468,16 @@ impl Responder for QpMemory<'_, '_> {
         if self.access & crate::mr::ACCESS_REMOTE_READ == 0 {
             return self.count(Err(MemError::Access));
         }
-        let r = self.sh.mrs.access(self.sh.keys, rkey, self.pd, va, out.len(), Need::RemoteRead, |m, iova, o| m.read(iova, o, out));
+        let (sh, pd) = (self.sh, self.pd);
+        if let Some(p) = self.pages.as_mut().filter(|_| out.len() >= PAGES_MIN) {
+            let r = sh.mrs.access(sh.keys, rkey, pd, va, out.len(), Need::RemoteRead, |m, iova, o| {
+                m.take_pages(iova, o, out.len(), &mut p.frags)
+            });
+            if p.taken(r, out) {
+                return Ok(());
+            }
+        }
+        let r = sh.mrs.access(sh.keys, rkey, pd, va, out.len(), Need::RemoteRead, |m, iova, o| m.read(iova, o, out));
         self.count(r)
     }
 

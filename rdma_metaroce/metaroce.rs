@@ -50,6 +50,10 @@ module! {
             default: 0,
             description: "How long (us) an RC acknowledgement may wait for a reply to carry it while the QP is itself sending (spec MR-5.4.6), 0..500; 0 acknowledges every message at once",
         },
+        zero_copy_tx: u32 {
+            default: 1,
+            description: "1: RC payloads of 2 KiB or more from user memory leave as references to its pages (no copy on transmit); 0: copied into every packet",
+        },
         rc_mtu: u32 {
             default: 0,
             description: "Payload bytes per packet of RC connections: 0 uses the QP's path_mtu; 256..65000 uses up to that many where the netdev's MTU leaves room (every host of the fabric must carry such frames)",
@@ -100,6 +104,10 @@ impl kernel::Module for MetaRoce {
                 crate::device::MIN_RC_MTU,
                 crate::device::MAX_RC_MTU
             );
+            return Err(EINVAL);
+        }
+        if *module_parameters::zero_copy_tx.value() > 1 {
+            pr_err!("zero_copy_tx={} is out of range 0..1\n", *module_parameters::zero_copy_tx.value());
             return Err(EINVAL);
         }
         if paths == 0 || paths > MAX_PATHS {

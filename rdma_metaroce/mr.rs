@@ -138,6 +138,16 @@ impl Backing {
         }
     }
 
+    /// Takes references to the pages behind `len` bytes at `offset` into `frags`
+    /// (zero-copy transmit); false, taking nothing, where pages are not to be sent
+    /// by reference (kernel memory is copied) or do not fit `frags`.
+    pub(crate) fn take_pages(&self, _iova: u64, offset: u64, len: usize, frags: &mut crate::ffi::TxFrags) -> bool {
+        match self {
+            Backing::User(u) => u.take_pages(offset, len, frags),
+            Backing::Kernel(_) | Backing::Pages(_) | Backing::None => false,
+        }
+    }
+
     /// Copies into the registration at `offset`; false if not all bytes fit.
     pub(crate) fn write(&self, iova: u64, offset: u64, data: &[u8]) -> bool {
         match self {

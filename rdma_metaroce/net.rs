@@ -121,9 +121,11 @@ impl Counters {
     }
 }
 
-/// One received datagram: the bytes after the UDP header.
+/// One received datagram: the bytes after the UDP header, in `payload` and then
+/// in each of `more` (page fragments).
 pub(crate) struct Datagram<'a> {
     pub(crate) payload: &'a [u8],
+    pub(crate) more: &'a [&'a [u8]],
 }
 
 /// Classifies a datagram addressed to `dev`'s MetaRoCE port: the destination QP
@@ -131,8 +133,9 @@ pub(crate) struct Datagram<'a> {
 pub(crate) fn receive(dev: &IbDev, d: &Datagram<'_>) -> Option<u32> {
     let c = &dev.data().counters;
     c.add(Counter::RxPackets, 1);
-    c.add(Counter::RxBytes, d.payload.len() as u64);
-    match PacketRepr::parse(d.payload) {
+    let more: usize = d.more.iter().map(|p| p.len()).sum();
+    c.add(Counter::RxBytes, (d.payload.len() + more) as u64);
+    match PacketRepr::parse_scattered(d.payload, d.more) {
         Err(_) => {
             c.add(Counter::RxMalformed, 1);
             None

@@ -63,6 +63,26 @@ impl Umem {
     }
 }
 
+impl Umem {
+    /// Takes references to the pages behind `len` bytes at `offset` into `frags`
+    /// (for a zero-copy transmit); false, taking nothing, if the range does not
+    /// exist or `frags` has no room for all its pages. Never sleeps.
+    pub(crate) fn take_pages(&self, offset: u64, len: usize, frags: &mut TxFrags) -> bool {
+        let mut n = frags.n as u32;
+        // SAFETY: The umem is alive (type invariant); the helper writes at most
+        // `MAX_TX_FRAGS - n` entries from `frags.n` on, each holding a page
+        // reference that `frags` now owns (and drops, or hands to an skb).
+        let ok = unsafe {
+            raw::mrc_umem_frags(self.0.as_ptr(), offset, len, frags.frags.as_mut_ptr(), MAX_TX_FRAGS as u32, &mut n)
+        };
+        if ok {
+            frags.n = (n as usize).min(MAX_TX_FRAGS);
+            frags.bytes += len;
+        }
+        ok
+    }
+}
+
 impl Drop for Umem {
     fn drop(&mut self) {
         // SAFETY: Owned (type invariant); released exactly once. May sleep: owners
@@ -102,6 +122,109 @@ impl KernelVa {
         // the consumer handed to the device (a receive or READ target buffer).
         unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), va as usize as *mut u8, data.len()) };
         true
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Payload pages sent by reference.
+
+/// Most page parts of one packet's payload sent by reference (the kernel's default
+/// `MAX_SKB_FRAGS`): 64 KiB that starts inside a page. A payload that needs more
+/// is copied.
+pub(crate) const MAX_TX_FRAGS: usize = 17;
+
+/// The payload of the packet being built, as references to the pages of the
+/// registration it comes from (zero-copy transmit), instead of bytes in the packet.
+///
+/// The protocol asks for the payload through [`LocalMemory::read_local`] or
+/// [`Responder::read_remote`](crate::proto::Responder::read_remote) with the part
+/// of the packet buffer it belongs in, and never reads it back; the engine's memory
+/// takes the pages instead and notes where the payload would have gone
+/// ([`Self::note_place`]). The packet then leaves with its headers copied and the
+/// pages attached ([`crate::engine::Io::transmit_pages`]); if it cannot, the
+/// payload is copied into the buffer after all ([`Self::copy_to`]).
+///
+/// [`LocalMemory::read_local`]: crate::proto::LocalMemory::read_local
+///
+/// # Invariants
+///
+/// `frags[..n]` each hold one page reference, owned by this value.
+pub(crate) struct TxFrags {
+    frags: [raw::mrc_frag; MAX_TX_FRAGS],
+    n: usize,
+    bytes: usize,
+    /// Offset in the packet buffer where the payload's bytes belong.
+    place: Option<usize>,
+}
+
+impl TxFrags {
+    pub(crate) fn new() -> Self {
+        Self {
+            frags: [raw::mrc_frag { page: core::ptr::null_mut(), off: 0, len: 0 }; MAX_TX_FRAGS],
+            n: 0,
+            bytes: 0,
+            place: None,
+        }
+    }
+
+    /// Payload bytes held by reference.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Notes that the held bytes belong at `offset` of the packet buffer.
+    pub(crate) fn note_place(&mut self, offset: usize) {
+        self.place = Some(offset);
+    }
+
+    /// Where the held bytes belong in the packet buffer, if noted.
+    pub(crate) fn place(&self) -> Option<usize> {
+        self.place
+    }
+
+    /// Drops every reference (nothing is held afterwards).
+    pub(crate) fn clear(&mut self) {
+        // SAFETY: `frags[..n]` hold references we own (type invariant); after the
+        // call none are held, and `n` says so.
+        unsafe { raw::mrc_frags_put(self.frags.as_mut_ptr(), self.n as u32) };
+        self.n = 0;
+        self.bytes = 0;
+        self.place = None;
+    }
+
+    /// Copies the held bytes to `out` (which must be exactly that long) and
+    /// drops the references; false, copying nothing, for any other length.
+    pub(crate) fn copy_to(&mut self, out: &mut [u8]) -> bool {
+        if out.len() != self.bytes {
+            return false;
+        }
+        // SAFETY: `frags[..n]` are live page parts (type invariant) of `bytes`
+        // bytes in all, which is `out.len()`.
+        unsafe { raw::mrc_frags_copy(self.frags.as_ptr(), self.n as u32, out.as_mut_ptr()) };
+        self.clear();
+        true
+    }
+
+    /// An skb holding `header` and, as page fragments, the held payload; on
+    /// success the references are the skb's.
+    fn into_skb(&mut self, header: &[u8]) -> Option<NonNull<raw::sk_buff>> {
+        let hl = u32::try_from(header.len()).ok()?;
+        // SAFETY: `header` is readable for `hl` bytes; `frags[..n]` hold references
+        // (type invariant) that the skb takes over on success.
+        let skb = NonNull::new(unsafe {
+            raw::mrc_tx_skb_frags(header.as_ptr(), hl, self.frags.as_mut_ptr(), self.n as u32)
+        })?;
+        // INVARIANT: The references are the skb's now.
+        self.n = 0;
+        self.bytes = 0;
+        self.place = None;
+        Some(skb)
+    }
+}
+
+impl Drop for TxFrags {
+    fn drop(&mut self) {
+        self.clear();
     }
 }
 
@@ -307,6 +430,52 @@ impl Drop for TxSkb {
     }
 }
 
+impl WorkIo<'_> {
+    /// Sends `skb`, with `len` more bytes written into its tailroom, to `dgid`.
+    ///
+    /// # Safety
+    ///
+    /// `skb` is ours, from `mrc_tx_skb_alloc` or `mrc_tx_skb_frags`, with at least
+    /// `len` bytes written at its tail; it is consumed.
+    unsafe fn send_skb(&mut self, dgid: &[u8; 16], src_port: u16, ecn: Ecn, skb: *mut raw::sk_buff, len: usize) -> bool {
+        let tos = match ecn {
+            Ecn::NotEct => 0,
+            Ecn::Ect0 => 2,
+        };
+        let Some(d) = ipv4_of(dgid) else {
+            let sock6 = self.dev.sock6();
+            if sock6.is_null() {
+                // SAFETY: Ours (contract), never sent.
+                unsafe { raw::mrc_kfree_skb(skb) };
+                return false;
+            }
+            let any = [0u8; 16];
+            // SAFETY: The IPv6 socket lives as long as the device's other socket; the
+            // helper consumes the skb (caller's contract).
+            let ret = unsafe {
+                raw::mrc_udp_xmit6_skb(sock6, any.as_ptr(), dgid.as_ptr(), src_port, self.dev.udp_port(), tos,
+                    skb, len)
+            };
+            return ret == 0;
+        };
+        // SAFETY: The device's socket is open while the device has QPs; the helper
+        // consumes the skb (caller's contract).
+        let ret = unsafe {
+            raw::mrc_udp_xmit4_skb(
+                self.dev.sock(),
+                0,
+                u32::from_ne_bytes(d),
+                src_port,
+                self.dev.udp_port(),
+                tos,
+                skb,
+                len,
+            )
+        };
+        ret == 0
+    }
+}
+
 impl Io for WorkIo<'_> {
     type TxBuf = TxSkb;
 
@@ -318,39 +487,18 @@ impl Io for WorkIo<'_> {
         if len > buf.cap {
             return false;
         }
-        let tos = match ecn {
-            Ecn::NotEct => 0,
-            Ecn::Ect0 => 2,
-        };
-        let Some(d) = ipv4_of(dgid) else {
-            let sock6 = self.dev.sock6();
-            if sock6.is_null() {
-                return false;
-            }
-            let any = [0u8; 16];
-            // SAFETY: The IPv6 socket lives as long as the device's other socket; the
-            // helper consumes the skb, which holds `len <= cap` written bytes.
-            let ret = unsafe {
-                raw::mrc_udp_xmit6_skb(sock6, any.as_ptr(), dgid.as_ptr(), src_port, self.dev.udp_port(), tos,
-                    buf.into_raw(), len)
-            };
-            return ret == 0;
-        };
-        // SAFETY: The device's socket is open while the device has QPs; the helper
-        // consumes the skb, which holds `len <= cap` written bytes.
-        let ret = unsafe {
-            raw::mrc_udp_xmit4_skb(
-                self.dev.sock(),
-                0,
-                u32::from_ne_bytes(d),
-                src_port,
-                self.dev.udp_port(),
-                tos,
-                buf.into_raw(),
-                len,
-            )
-        };
-        ret == 0
+        // SAFETY: We own the skb; it holds `len <= cap` written bytes in its tailroom.
+        unsafe { self.send_skb(dgid, src_port, ecn, buf.into_raw(), len) }
+    }
+
+    fn sends_pages(&self) -> bool {
+        *crate::module_parameters::zero_copy_tx.value() != 0
+    }
+
+    fn transmit_pages(&mut self, dgid: &[u8; 16], src_port: u16, ecn: Ecn, header: &[u8], frags: &mut TxFrags) -> bool {
+        let Some(skb) = frags.into_skb(header) else { return false };
+        // SAFETY: We own the complete skb (headers and fragments already added).
+        unsafe { self.send_skb(dgid, src_port, ecn, skb.as_ptr(), 0) }
     }
 
     fn complete(&mut self, recv: bool, mut wc: crate::cq::Wc, solicited: bool) {
@@ -508,30 +656,125 @@ unsafe fn hand_in(
     t: Instant,
     skb: *mut raw::sk_buff,
 ) {
-    let (mut len, mut sport, mut ce) = (0u32, 0u16, false);
     let (mut sa, mut da) = (0u32, 0u32);
     let (mut sa6, mut da6) = ([0u8; 16], [0u8; 16]);
     // SAFETY: Per the contract `skb` is a live UDP datagram.
-    let p = unsafe {
+    unsafe {
         raw::mrc_skb_addrs4(skb, &mut sa, &mut da);
         raw::mrc_skb_addrs6(skb, sa6.as_mut_ptr(), da6.as_mut_ptr());
-        raw::mrc_skb_udp_payload(skb, &mut len, &mut sport, &mut ce)
+    }
+    // SAFETY: As above; the pieces stay valid while we own the skb (this call).
+    // The receive callback made the headers linear (`UdpPayload::with_headers`).
+    let Some(d) = (unsafe { UdpPayload::of(skb, eng.takes_pieces(), 0) }) else {
+        eng.pull_posted(io);
+        return;
     };
     // Receives the process posted since (a message must not meet an RNR NAK for
     // want of a WQE that is already in the ring).
     eng.pull_posted(io);
-    if p.is_null() {
-        return;
-    }
-    // SAFETY: `len` readable bytes inside the linear skb, alive for the call.
-    let bytes = unsafe { core::slice::from_raw_parts(p, len as usize) };
     let from = if sa != 0 {
         crate::engine::IpPair::V4(sa.to_ne_bytes(), da.to_ne_bytes())
     } else {
         crate::engine::IpPair::V6(sa6, da6)
     };
-    let r = Received { bytes, src_port: sport, ce, addrs: from };
+    let more = d.more();
+    let r = Received { bytes: d.first, more: &more[..d.n_more()], src_port: d.src_port, ce: d.ce, addrs: from };
     eng.on_datagram(sh, io, t, &r);
+}
+
+/// Most page fragments of a received datagram that are handed on as they are; a
+/// datagram with more is linearized. The kernel's default `MAX_SKB_FRAGS` is 17.
+const MAX_PIECES: usize = 18;
+
+/// The UDP payload of a received datagram, as the skb holds it: a first piece in
+/// its linear part (with the headers), then its page fragments.
+pub(super) struct UdpPayload<'a> {
+    pub(super) first: &'a [u8],
+    pieces: [raw::mrc_piece; MAX_PIECES],
+    n_more: usize,
+    pub(super) src_port: u16,
+    pub(super) ce: bool,
+}
+
+impl<'a> UdpPayload<'a> {
+    /// Reads the payload of `skb`; in pieces if `pieces` (with at least `pull`
+    /// bytes in the first), else linearized first. `None` if it cannot be read.
+    ///
+    /// # Safety
+    ///
+    /// `skb` is a received UDP datagram skb owned by the caller, who keeps it
+    /// alive and unmodified for `'a`.
+    pub(super) unsafe fn of(skb: *mut raw::sk_buff, pieces: bool, pull: usize) -> Option<Self> {
+        let (mut len, mut sport, mut ce, mut n) = (0u32, 0u16, false, 0u32);
+        let mut d = [raw::mrc_piece { data: core::ptr::null(), len: 0 }; MAX_PIECES];
+        // SAFETY: Per the contract; `d` has room for `MAX_PIECES` entries.
+        let p = unsafe {
+            if pieces {
+                raw::mrc_skb_udp_pieces(
+                    skb,
+                    pull as u32,
+                    &mut len,
+                    d.as_mut_ptr(),
+                    MAX_PIECES as u32,
+                    &mut n,
+                    &mut sport,
+                    &mut ce,
+                )
+            } else {
+                raw::mrc_skb_udp_payload(skb, &mut len, &mut sport, &mut ce)
+            }
+        };
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: The helper returned `len` readable bytes in the skb's linear part,
+        // alive while the caller keeps the skb (contract).
+        let first = unsafe { core::slice::from_raw_parts(p, len as usize) };
+        Some(UdpPayload { first, pieces: d, n_more: (n as usize).min(MAX_PIECES), src_port: sport, ce })
+    }
+
+    /// Reads the payload of `skb` in pieces, with the packet's headers in the
+    /// first: a first piece too short for them (a sender or NIC that put them in
+    /// the fragments) is lengthened to [`HEADERS_MAX`] bytes, copied out of the
+    /// fragments; one that holds them costs no copy. `None` if it cannot be read.
+    ///
+    /// [`HEADERS_MAX`]: crate::proto::wire::HEADERS_MAX
+    ///
+    /// # Safety
+    ///
+    /// As for [`Self::of`].
+    pub(super) unsafe fn with_headers(skb: *mut raw::sk_buff) -> Option<Self> {
+        // SAFETY: Per the contract.
+        let d = unsafe { Self::of(skb, true, 0) }?;
+        let more = d.more();
+        let truncated = d.n_more > 0
+            && crate::proto::wire::PacketRepr::parse_scattered(d.first, &more[..d.n_more])
+                == Err(crate::proto::wire::WireError::Truncated);
+        if !truncated {
+            return Some(d);
+        }
+        // SAFETY: Per the contract; `d` (whose slices pulling may move) is not used
+        // again.
+        unsafe { Self::of(skb, true, crate::proto::wire::HEADERS_MAX) }
+    }
+
+    /// The pieces after the first (empty slices past the `n_more`th).
+    pub(super) fn more(&self) -> [&'a [u8]; MAX_PIECES] {
+        core::array::from_fn(|i| {
+            let p = &self.pieces[i];
+            if i >= self.n_more || p.data.is_null() {
+                return &[][..];
+            }
+            // SAFETY: The helper described `len` readable bytes of one of the skb's
+            // page fragments (direct-mapped), alive while the skb is (see `of`).
+            unsafe { core::slice::from_raw_parts(p.data, p.len as usize) }
+        })
+    }
+
+    /// Number of pieces after the first.
+    pub(super) fn n_more(&self) -> usize {
+        self.n_more
+    }
 }
 
 /// Hands a received datagram for `qpn` to its QP (softirq). Returns the skb back if

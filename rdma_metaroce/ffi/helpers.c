@@ -191,6 +191,15 @@ void *mrc_sk_user_data(struct sock *sk)
 	return rcu_dereference_sk_user_data(sk);
 }
 
+static void mrc_skb_udp_meta(struct sk_buff *skb, u16 *sport, bool *ce)
+{
+	*sport = ntohs(udp_hdr(skb)->source);
+	if (skb->protocol == htons(ETH_P_IP))
+		*ce = INET_ECN_is_ce(ip_hdr(skb)->tos);
+	else
+		*ce = INET_ECN_is_ce(ipv6_get_dsfield(ipv6_hdr(skb)));
+}
+
 const u8 *mrc_skb_udp_payload(struct sk_buff *skb, unsigned int *len, u16 *sport,
 			      bool *ce)
 {
@@ -204,12 +213,54 @@ const u8 *mrc_skb_udp_payload(struct sk_buff *skb, unsigned int *len, u16 *sport
 	if (ulen < sizeof(*uh) || (u8 *)uh + ulen > skb_tail_pointer(skb))
 		return NULL;
 	*len = ulen - sizeof(*uh);
-	*sport = ntohs(uh->source);
-	if (skb->protocol == htons(ETH_P_IP))
-		*ce = INET_ECN_is_ce(ip_hdr(skb)->tos);
-	else
-		*ce = INET_ECN_is_ce(ipv6_get_dsfield(ipv6_hdr(skb)));
+	mrc_skb_udp_meta(skb, sport, ce);
 	return (const u8 *)(uh + 1);
+}
+
+const u8 *mrc_skb_udp_pieces(struct sk_buff *skb, unsigned int pull, unsigned int *len,
+			     struct mrc_piece *more, unsigned int max, unsigned int *n_more,
+			     u16 *sport, bool *ce)
+{
+	struct skb_shared_info *sh = skb_shinfo(skb);
+	unsigned int off, ulen, head, i;
+	u64 total;
+
+	*n_more = 0;
+	if (!skb_is_nonlinear(skb) || skb_has_frag_list(skb) || !skb_frags_readable(skb) ||
+	    sh->nr_frags > max)
+		return mrc_skb_udp_payload(skb, len, sport, ce);
+	off = skb_transport_offset(skb);
+	ulen = ntohs(udp_hdr(skb)->len);
+	/* The UDP receive path trimmed the skb to the UDP length. */
+	if (ulen < sizeof(struct udphdr) || off + ulen != skb->len)
+		return mrc_skb_udp_payload(skb, len, sport, ce);
+	if (!pskb_may_pull(skb, off + sizeof(struct udphdr) +
+			   min_t(unsigned int, ulen - sizeof(struct udphdr), pull)))
+		return NULL;
+	/* Pulling may have moved the head, and the shared info with it. */
+	sh = skb_shinfo(skb);
+	for (i = 0; i < sh->nr_frags; i++) {
+		skb_frag_t *f = &sh->frags[i];
+
+		/* Addressed through the direct map, so no highmem. */
+		if (PageHighMem(skb_frag_page(f)))
+			return mrc_skb_udp_payload(skb, len, sport, ce);
+	}
+	head = skb_headlen(skb) - off - sizeof(struct udphdr);
+	total = head;
+	for (i = 0; i < sh->nr_frags; i++) {
+		skb_frag_t *f = &sh->frags[i];
+
+		more[i].data = skb_frag_address(f);
+		more[i].len = skb_frag_size(f);
+		total += more[i].len;
+	}
+	if (total != ulen - sizeof(struct udphdr))
+		return NULL;
+	*n_more = sh->nr_frags;
+	*len = head;
+	mrc_skb_udp_meta(skb, sport, ce);
+	return (const u8 *)(udp_hdr(skb) + 1);
 }
 
 void mrc_kfree_skb(struct sk_buff *skb)
@@ -382,6 +433,67 @@ size_t mrc_umem_write(struct ib_umem *umem, u64 offset, const void *buf, size_t 
 				    buf, len, mrc_umem_skip(umem, offset));
 }
 
+bool mrc_umem_frags(struct ib_umem *umem, u64 offset, size_t len, struct mrc_frag *out,
+		    unsigned int max, unsigned int *n)
+{
+	u64 skip = mrc_umem_skip(umem, offset);
+	unsigned int k = *n, i;
+	struct scatterlist *sg;
+
+	for_each_sgtable_sg(&umem->sgt_append.sgt, sg, i) {
+		u64 at;
+
+		if (!len)
+			break;
+		if (skip >= sg->length) {
+			skip -= sg->length;
+			continue;
+		}
+		for (at = skip, skip = 0; at < sg->length && len; ) {
+			u64 pos = sg->offset + at;
+			struct page *page = sg_page(sg) + (pos >> PAGE_SHIFT);
+			unsigned int off = pos & ~PAGE_MASK;
+			size_t chunk = min3((size_t)(PAGE_SIZE - off), (size_t)(sg->length - at), len);
+
+			if (k == max)
+				goto undo;
+			/* The skb's own reference: the page outlives the registration if
+			 * the packet does. */
+			get_page(page);
+			out[k].page = page;
+			out[k].off = off;
+			out[k].len = chunk;
+			k++;
+			at += chunk;
+			len -= chunk;
+		}
+	}
+	if (len)
+		goto undo;
+	*n = k;
+	return true;
+undo:
+	while (k > *n)
+		put_page(out[--k].page);
+	return false;
+}
+
+void mrc_frags_put(struct mrc_frag *frags, unsigned int n)
+{
+	while (n)
+		put_page(frags[--n].page);
+}
+
+void mrc_frags_copy(const struct mrc_frag *frags, unsigned int n, u8 *out)
+{
+	unsigned int i;
+
+	for (i = 0; i < n; i++) {
+		memcpy_from_page(out, frags[i].page, frags[i].off, frags[i].len);
+		out += frags[i].len;
+	}
+}
+
 unsigned long mrc_copy_from_user(void *dst, u64 uaddr, size_t len)
 {
 	return copy_from_user(dst, u64_to_user_ptr(uaddr), len);
@@ -400,6 +512,33 @@ struct sk_buff *mrc_tx_skb_alloc(unsigned int len, u8 **data)
 		return NULL;
 	skb_reserve(skb, MRC_TX_HEADROOM);
 	*data = skb->data;
+	return skb;
+}
+
+struct sk_buff *mrc_tx_skb_frags(const u8 *hdr, unsigned int hl, struct mrc_frag *frags,
+				 unsigned int n)
+{
+	struct sk_buff *skb;
+	unsigned int i, bytes = 0;
+
+	if (n > MAX_SKB_FRAGS)
+		return NULL;
+	skb = alloc_skb(MRC_TX_HEADROOM + hl, GFP_ATOMIC);
+	if (!skb)
+		return NULL;
+	skb_reserve(skb, MRC_TX_HEADROOM);
+	skb_put_data(skb, hdr, hl);
+	for (i = 0; i < n; i++) {
+		/* The skb takes over the page reference. */
+		skb_fill_page_desc(skb, i, frags[i].page, frags[i].off, frags[i].len);
+		bytes += frags[i].len;
+	}
+	skb->len += bytes;
+	skb->data_len += bytes;
+	skb->truesize += bytes;
+	/* Others (the registration's owner) may write these pages: anything that
+	 * would change the payload in place must copy it first. */
+	skb_shinfo(skb)->flags |= SKBFL_SHARED_FRAG;
 	return skb;
 }
 
@@ -426,7 +565,8 @@ int mrc_udp_xmit4_skb(struct socket *sock, __be32 saddr, __be32 daddr, u16 sport
 		kfree_skb(skb);
 		return PTR_ERR(rt);
 	}
-	skb_put(skb, len);
+	if (len)
+		skb_put(skb, len); /* an skb of fragments is complete (and skb_put() would BUG) */
 	err = mrc_tx_headroom(skb, rt->dst.dev, sizeof(struct iphdr));
 	if (err) {
 		ip_rt_put(rt);
@@ -466,7 +606,8 @@ int mrc_udp_xmit6_skb(struct socket *sock, const u8 saddr[16], const u8 daddr[16
 		return PTR_ERR(dst);
 	}
 	err = dst->error;
-	skb_put(skb, len);
+	if (len)
+		skb_put(skb, len); /* an skb of fragments is complete (and skb_put() would BUG) */
 	if (!err)
 		err = mrc_tx_headroom(skb, dst->dev, sizeof(struct ipv6hdr));
 	if (err) {

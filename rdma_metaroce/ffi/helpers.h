@@ -71,6 +71,22 @@ void *mrc_sk_user_data(struct sock *sk);
  * port and whether the IP header's ECN field is CE. NULL if it cannot be read. */
 const u8 *mrc_skb_udp_payload(struct sk_buff *skb, unsigned int *len, u16 *sport,
 			      bool *ce);
+/* One piece of a received datagram: `len` bytes at `data`. */
+struct mrc_piece {
+	const u8 *data;
+	u32 len;
+};
+/* The UDP payload of a received datagram without joining its pieces: the linear
+ * part (after making at least its first `pull` payload bytes linear, which may
+ * copy them out of the fragments) is returned,
+ * `*len` bytes long, and the page fragments that follow it go into
+ * `more[0..*n_more]` (addressed through the direct map). A datagram whose pieces
+ * cannot be described so (a frag list, more than `max` fragments, highmem or
+ * unreadable fragments) is linearized instead (*n_more = 0). Source port and CE as
+ * for mrc_skb_udp_payload(); NULL if it cannot be read. */
+const u8 *mrc_skb_udp_pieces(struct sk_buff *skb, unsigned int pull, unsigned int *len,
+			     struct mrc_piece *more, unsigned int max, unsigned int *n_more,
+			     u16 *sport, bool *ce);
 /* kfree_skb() */
 void mrc_kfree_skb(struct sk_buff *skb);
 /* Reports `event` (enum ib_event_type) on the SRQ through its event handler. */
@@ -123,12 +139,35 @@ size_t mrc_umem_write(struct ib_umem *umem, u64 offset, const void *buf, size_t 
 /* copy_from_user(): 0 on success. Process context of the owning process only. */
 unsigned long mrc_copy_from_user(void *dst, u64 uaddr, size_t len);
 
+/* One page (part) of an outgoing packet's payload, with a reference held on it. */
+struct mrc_frag {
+	struct page *page;
+	u32 off;
+	u32 len;
+};
+/* Takes references to the pages behind `len` bytes at `offset` of `umem`, one
+ * entry per page part, appended at `out[*n]` (advancing *n). All or nothing: false
+ * (no reference kept, *n unchanged) if the range does not exist or needs more than
+ * `max` entries in all. Never sleeps. */
+bool mrc_umem_frags(struct ib_umem *umem, u64 offset, size_t len, struct mrc_frag *out,
+		    unsigned int max, unsigned int *n);
+/* Drops the references of `frags[0..n]`. */
+void mrc_frags_put(struct mrc_frag *frags, unsigned int n);
+/* Copies the bytes of `frags[0..n]` to `out`, in order. */
+void mrc_frags_copy(const struct mrc_frag *frags, unsigned int n, u8 *out);
+/* A new skb holding the packet whose headers are `hdr[0..hl]` and whose payload is
+ * `frags[0..n]`, attached as page fragments (no copy): on success the skb owns the
+ * frags' references; NULL (references still the caller's) when out of memory or
+ * n > MAX_SKB_FRAGS. Send it with a `len` of 0. */
+struct sk_buff *mrc_tx_skb_frags(const u8 *hdr, unsigned int hl, struct mrc_frag *frags,
+				 unsigned int n);
 /* A new skb with `len` bytes of tailroom behind room for every lower header;
  * `*data` is where the packet goes. The caller writes the packet there and passes
  * the skb to mrc_udp_xmit4_skb()/mrc_udp_xmit6_skb() or frees it. NULL when out of
  * memory (GFP_ATOMIC: callers hold a spinlock). */
 struct sk_buff *mrc_tx_skb_alloc(unsigned int len, u8 **data);
-/* Sends the first `len` bytes written into `skb` (from mrc_tx_skb_alloc()) as one
+/* Sends the first `len` bytes written into `skb` (from mrc_tx_skb_alloc(); with the
+ * bytes it already holds, if any: an skb from mrc_tx_skb_frags()) as one
  * UDP/IPv4 datagram from the device socket `sock` (a `saddr` of 0 lets the route
  * choose): route lookup (oif = the socket's bound device), UDP and IP headers
  * (udp_tunnel_xmit_skb() -> ip_local_out()). Consumes `skb` in every case.

@@ -37,7 +37,7 @@ pub(crate) use ibdev::{
     registry_init, unregister_all, unregister_on_netdev, DeviceCaps, IbDev, IbMtu, ParentDevice,
     PortInfo, PortState,
 };
-pub(crate) use datapath::{KernelVa, QpTable, Umem};
+pub(crate) use datapath::{KernelVa, QpTable, TxFrags, Umem};
 pub(crate) use uring::{UserCq, UserQueues};
 pub(crate) use bhlock::{new_spinlock_bh, SpinLockBh};
 pub(crate) use link::LinkOps;

@@ -19,23 +19,23 @@ pub(super) unsafe extern "C" fn udp_rcv_cb(sk: *mut raw::sock, skb: *mut raw::sk
     if !ib.is_null() {
         // SAFETY: The device outlives its socket (see `IbDev::create`).
         let dev = unsafe { IbDev::from_raw(ib) };
-        // Source port and ECN are read again by the QP's work, which needs them.
-        let (mut len, mut sport, mut ce) = (0u32, 0u16, false);
-        // SAFETY: `skb` is a received UDP datagram we own.
-        let p = unsafe { raw::mrc_skb_udp_payload(skb, &mut len, &mut sport, &mut ce) };
-        if p.is_null() {
-            crate::net::receive_unreadable(dev);
-        } else {
-            // SAFETY: The helper returned `len` readable bytes inside the linear skb,
-            // which lives until it is freed or handed on.
-            let payload = unsafe { core::slice::from_raw_parts(p, len as usize) };
-            if let Some(qpn) = crate::net::receive(dev, &Datagram { payload }) {
+        // The QP's run reads the payload again (it then knows whether the QP takes
+        // it in pieces); here only the headers matter, and they are made linear.
+        // SAFETY: `skb` is a received UDP datagram we own, unmodified until it is
+        // handed on below, after the last use of `d`.
+        let d = unsafe { super::datapath::UdpPayload::with_headers(skb) };
+        if let Some(d) = d {
+            let more = d.more();
+            let datagram = Datagram { payload: d.first, more: &more[..d.n_more()] };
+            if let Some(qpn) = crate::net::receive(dev, &datagram) {
                 // SAFETY: We own the skb; on success the QP's queue owns it.
                 match unsafe { super::datapath::deliver(dev, qpn, skb) } {
                     Ok(()) => return 0,
                     Err(_) => crate::net::receive_no_connection(dev),
                 }
             }
+        } else {
+            crate::net::receive_unreadable(dev);
         }
     }
     // SAFETY: We own the skb; returning 0 tells UDP it was consumed.
