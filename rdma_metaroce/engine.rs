@@ -201,6 +201,8 @@ pub(crate) struct EngineCounters {
     pub(crate) tx_packets: u64,
     pub(crate) tx_bytes: u64,
     pub(crate) tx_failed: u64,
+    /// Sent with the payload's pages attached ([`TxFrags`]).
+    pub(crate) tx_zero_copy: u64,
     pub(crate) rx_ud_dropped: u64,
     pub(crate) access_errors: u64,
     /// From the connection's statistics (deltas since the last report):
@@ -970,7 +972,11 @@ impl Engine {
                         let Some(t) = t else { break };
                         *tx_by_ref = taken.is_some();
                         let ok = match taken {
-                            Some(mut pages) => send_by_ref(io, remote_gid, &t, tx, &mut pages),
+                            Some(mut pages) => {
+                                let (sent, by_ref) = send_by_ref(io, remote_gid, &t, tx, &mut pages);
+                                mem.counters.tx_zero_copy += u64::from(by_ref);
+                                sent
+                            }
                             None => {
                                 let pkt = tx.get(..t.len).unwrap_or(&[]);
                                 !pkt.is_empty() && io.transmit(remote_gid, t.src_port, t.ecn, pkt)
@@ -1307,17 +1313,17 @@ fn emit_ud(
 /// Sends packet `t`, built in `tx` with its payload held by reference in
 /// `pages`: headers copied, pages attached. If the payload is not where the
 /// headers end, or the pages cannot go out as they are, it is copied into `tx`
-/// and the packet sent from there.
-fn send_by_ref(io: &mut impl Io, dgid: &[u8; 16], t: &proto::Transmit, tx: &mut [u8], pages: &mut TxFrags) -> bool {
+/// and the packet sent from there. Returns (sent, sent by reference).
+fn send_by_ref(io: &mut impl Io, dgid: &[u8; 16], t: &proto::Transmit, tx: &mut [u8], pages: &mut TxFrags) -> (bool, bool) {
     let held = pages.bytes();
     let Some(place) = pages.place() else {
         pages.clear();
-        return false;
+        return (false, false);
     };
     if place + held == t.len {
         if let Some(header) = tx.get(..place) {
             if io.transmit_pages(dgid, t.src_port, t.ecn, header, pages) {
-                return true;
+                return (true, true);
             }
         }
     }
@@ -1327,7 +1333,7 @@ fn send_by_ref(io: &mut impl Io, dgid: &[u8; 16], t: &proto::Transmit, tx: &mut 
         None => false,
     };
     pages.clear();
-    copied && io.transmit(dgid, t.src_port, t.ecn, tx.get(..t.len).unwrap_or(&[]))
+    (copied && io.transmit(dgid, t.src_port, t.ecn, tx.get(..t.len).unwrap_or(&[])), false)
 }
 
 /// Where the payload of the packet being built goes by reference: `frags` takes

@@ -33,6 +33,9 @@ pub(crate) enum Counter {
     TxBytes,
     /// Datagrams that could not be sent (no route, no memory): lost to the protocol.
     TxFailed,
+    /// Datagrams sent with their payload attached as pages of the memory it came
+    /// from rather than copied (`zero_copy_tx`).
+    TxZeroCopy,
     /// Data packets sent again.
     Retransmits,
     /// Per-path retransmission timeouts.
@@ -74,7 +77,7 @@ pub(crate) enum Counter {
 }
 
 /// Counter names as shown by `rdma statistic show link DEV/1`.
-pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 26] = [
+pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 27] = [
     c"rx_packets",
     c"rx_bytes",
     c"rx_malformed",
@@ -83,6 +86,7 @@ pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 26] = [
     c"tx_packets",
     c"tx_bytes",
     c"tx_failed",
+    c"tx_zero_copy",
     c"retransmits",
     c"path_timeouts",
     c"path_timeouts_overtaken",
@@ -155,6 +159,7 @@ pub(crate) fn account(c: &Counters, e: EngineCounters) {
         (Counter::TxPackets, e.tx_packets),
         (Counter::TxBytes, e.tx_bytes),
         (Counter::TxFailed, e.tx_failed),
+        (Counter::TxZeroCopy, e.tx_zero_copy),
         (Counter::Retransmits, e.retransmits),
         (Counter::PathTimeouts, e.path_timeouts),
         (Counter::PathTimeoutsOvertaken, e.path_timeouts_overtaken),
@@ -198,5 +203,6 @@ mod tests {
         assert_eq!(COUNTER_NAMES[Counter::RxNoConnection as usize], c"rx_no_connection");
         assert_eq!(COUNTER_NAMES[Counter::PathTimeoutsOvertaken as usize], c"path_timeouts_overtaken");
         assert_eq!(COUNTER_NAMES[Counter::CmdPolls as usize], c"cmd_polls");
+        assert_eq!(COUNTER_NAMES[Counter::TxZeroCopy as usize], c"tx_zero_copy");
     }
 }

@@ -7,7 +7,8 @@
 # receive packet steering CPU mask first; AB_NETEM="ARGS" puts netem ARGS on both veths;
 # AB_NETEMS="none|loss 1%|..." alternates netem settings instead; AB_TOOLS="ib_write_bw|
 # ib_read_bw" alternates perftest tools; AB_QPS (default "1 4") the QP counts; AB_ROUNDS
-# (default 3) repeats the whole set.
+# (default 3) repeats the whole set. An AB_KOS entry may be KO:PARAM=V,PARAM=V (module
+# parameters for that build's runs, e.g. the same .ko twice with different settings).
 # Each run prints MetaRoCE's port counters.
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 . $HERE/lib/ktap.sh; . $HERE/lib/net.sh
@@ -26,8 +27,9 @@ if [ -n "${AB_NETEM:-}" ]; then
   echo "netem: $AB_NETEM"
 fi
 P=19000
-run() { # KO QPS RC_MTU [PARAMS]
-  KO=$1 mrc_insmod rc_mtu="$3" ${4//,/ } ${AB_ARGS:-}
+run() { # KO[:PARAMS] QPS RC_MTU [PARAMS]
+  local extra_ko=; [ "${1#*.ko:}" != "$1" ] && extra_ko=${1#*.ko:}
+  KO=${1%%.ko:*}; KO=${KO%.ko}.ko mrc_insmod rc_mtu="$3" ${4//,/ } ${extra_ko//,/ } ${AB_ARGS:-}
   ip netns exec hostA rdma link add mrcA type metaroce netdev veth0
   ip netns exec hostB rdma link add mrcB type metaroce netdev veth1
   ga=$(vb_gid_index mrcA 198.18.0.1); gb=$(vb_gid_index mrcB 198.18.0.2)
@@ -37,7 +39,7 @@ run() { # KO QPS RC_MTU [PARAMS]
   s0=$(head -1 /proc/stat)
   ip netns exec hostA timeout 60 ${AB_TOOL:-ib_write_bw} -d mrcA -x $ga -p $P -F -s 65536 -q $2 -D 5 198.18.0.2 > /tmp/c.log 2>&1
   s1=$(head -1 /proc/stat); wait
-  echo "=== $(basename $1) rc_mtu $3 ${4:-} q$2: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}') $(echo "$s0" "$s1" | awk '{u=$13-$2; s=$15-$4; i=$16-$5; si=$19-$8; t=u+s+i+si+($17-$6)+($18-$7); printf "user %d sys %d softirq %d idle %d", 100*u/t, 100*s/t, 100*si/t, 100*i/t}')"
+  echo "=== $(basename "$1") rc_mtu $3 ${4:-} q$2: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}') $(echo "$s0" "$s1" | awk '{u=$13-$2; s=$15-$4; i=$16-$5; si=$19-$8; t=u+s+i+si+($17-$6)+($18-$7); printf "user %d sys %d softirq %d idle %d", 100*u/t, 100*s/t, 100*si/t, 100*i/t}')"
   echo "    counters: $(vb_nonzero_counters 'tx_packets|retransmits|path_timeouts|path_timeouts_overtaken|rx_duplicates')"
   rdma link del mrcA; rdma link del mrcB; rmmod rdma_metaroce
 }

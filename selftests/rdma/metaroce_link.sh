@@ -31,13 +31,14 @@ gid_of() {
 ktap_header
 
 # --- module and parameters -------------------------------------------------------
-check "modinfo lists the udp_port, num_paths, cc_target_delay_us and rc_mtu parameters" \
-    bash -c "p=\$(modinfo -p '$KO'); for n in udp_port num_paths cc_target_delay_us rc_mtu; do grep -q \"^\$n:\" <<< \"\$p\" || exit 1; done"
+check "modinfo lists the udp_port, num_paths, cc_target_delay_us, reply_wait_us, rc_mtu and zero_copy_tx parameters" \
+    bash -c "p=\$(modinfo -p '$KO'); for n in udp_port num_paths cc_target_delay_us reply_wait_us rc_mtu zero_copy_tx; do grep -q \"^\$n:\" <<< \"\$p\" || exit 1; done"
 check "modinfo carries the rdma-link-metaroce alias" bash -c "modinfo -F alias '$KO' | grep -qx rdma-link-metaroce"
 check_fails "loading with udp_port=4791 (RoCEv2's port) is refused" mrc_insmod udp_port=4791
 check_fails "loading with num_paths=0 is refused" mrc_insmod num_paths=0
 check_fails "loading with rc_mtu=255 (below MetaRoCE's smallest MTU) is refused" mrc_insmod rc_mtu=255
 check_fails "loading with rc_mtu=65001 (above MetaRoCE's largest MTU) is refused" mrc_insmod rc_mtu=65001
+check_fails "loading with zero_copy_tx=2 is refused" mrc_insmod zero_copy_tx=2
 check "module loads with defaults" mrc_insmod
 
 # --- link add / del ---------------------------------------------------------------
