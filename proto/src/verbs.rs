@@ -307,7 +307,9 @@ pub enum AtomicOp {
 pub trait Responder {
     /// Places `data` at `(rkey, va)` (RDMA WRITE placement).
     fn write_remote(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError>;
-    /// Reads `out.len()` bytes at `(rkey, va)` (RDMA READ source).
+    /// Reads `out.len()` bytes at `(rkey, va)` (RDMA READ source). Like
+    /// [`LocalMemory::read_local`], `out` is the end of a packet being built,
+    /// which the connection does not read back.
     fn read_remote(&mut self, rkey: u32, va: u64, out: &mut [u8]) -> Result<(), MemError>;
     /// Executes an atomic at `(rkey, va)`, returning the original value.
     /// Called exactly once per atomic request (MR-5.6.1).
@@ -331,6 +333,13 @@ pub trait Responder {
 pub trait LocalMemory {
     /// Gathers `out.len()` bytes at `offset` of the local buffer of `wr_id`
     /// (SEND/WRITE payload).
+    ///
+    /// Spec: MR-10.1.1 — `out` is the end of the packet
+    /// `Connection::poll_transmit` is building, which the connection never
+    /// reads back: an implementation may
+    /// leave it unwritten, note where it belongs, and attach the source memory to
+    /// the outgoing packet instead (zero-copy transmit), as long as the packet
+    /// leaves with those bytes there.
     fn read_local(&mut self, wr_id: u64, offset: u32, out: &mut [u8]) -> Result<(), MemError>;
     /// Scatters `data` at `offset` of the local buffer of `wr_id` (READ
     /// response data, atomic original value in native byte order).

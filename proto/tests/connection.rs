@@ -1195,3 +1195,116 @@ fn a_probe_copy_acknowledged_through_the_original_path_is_no_loss_there() {
     );
     assert_eq!(st.path_timeouts, 0, "{st:?}");
 }
+
+/// Memory that, like a driver sending payload pages by reference, never writes
+/// the payload into the packet buffer: it leaves poison there and notes where
+/// the bytes belong and what they are; the test puts them in before the packet
+/// leaves (MR-10.1.1).
+struct ByReference {
+    inner: VecMemory,
+    /// Address of the packet buffer being built.
+    base: usize,
+    /// (offset in the packet, bytes) of the payload asked for.
+    noted: Option<(usize, Vec<u8>)>,
+}
+
+impl ByReference {
+    fn note(&mut self, out: &mut [u8], real: Vec<u8>) {
+        assert!(self.noted.is_none(), "one payload per packet");
+        self.noted = Some((out.as_ptr() as usize - self.base, real));
+        out.fill(0xEE);
+    }
+}
+
+impl Responder for ByReference {
+    fn write_remote(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
+        self.inner.write_remote(rkey, va, data)
+    }
+    fn read_remote(&mut self, rkey: u32, va: u64, out: &mut [u8]) -> Result<(), MemError> {
+        let mut real = vec![0; out.len()];
+        self.inner.read_remote(rkey, va, &mut real)?;
+        self.note(out, real);
+        Ok(())
+    }
+    fn atomic_remote(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
+        self.inner.atomic_remote(rkey, va, op)
+    }
+    fn write_recv(&mut self, wr_id: u64, offset: u32, data: &[u8]) -> Result<(), MemError> {
+        self.inner.write_recv(wr_id, offset, data)
+    }
+    fn invalidate(&mut self, rkey: u32) -> Result<(), MemError> {
+        self.inner.invalidate(rkey)
+    }
+}
+
+impl LocalMemory for ByReference {
+    fn read_local(&mut self, wr_id: u64, offset: u32, out: &mut [u8]) -> Result<(), MemError> {
+        let mut real = vec![0; out.len()];
+        self.inner.read_local(wr_id, offset, &mut real)?;
+        self.note(out, real);
+        Ok(())
+    }
+    fn write_local(&mut self, wr_id: u64, offset: u32, data: &[u8]) -> Result<(), MemError> {
+        self.inner.write_local(wr_id, offset, data)
+    }
+}
+
+/// Builds `c`'s packets with `m`, filling each payload in only after
+/// `poll_transmit` returned: it must be the packet's last bytes.
+fn out_by_reference(c: &mut Connection, now: u64, m: &mut ByReference) -> Vec<(u16, Vec<u8>)> {
+    let mut buf = vec![0u8; 9200];
+    let mut v = vec![];
+    loop {
+        m.base = buf.as_ptr() as usize;
+        let Some(t) = c.poll_transmit(Instant(now), &mut buf, m) else { break };
+        let mut pkt = buf[..t.len].to_vec();
+        if let Some((at, real)) = m.noted.take() {
+            assert_eq!(at + real.len(), t.len, "the payload ends the packet");
+            pkt[at..].copy_from_slice(&real);
+        }
+        v.push((t.src_port, pkt));
+    }
+    v
+}
+
+/// Spec: MR-10.1.1 — the payload asked of the memory is the end of the packet
+/// and is never read back while the packet is built: WRITE, SEND and READ
+/// whose payload is put in after `poll_transmit` returned complete exactly as
+/// when the memory copies it in.
+#[test]
+fn a_payload_filled_in_after_the_packet_is_built_moves_the_same_bytes() {
+    let data: Vec<u8> = (0..5000u32).map(|i| (i * 11 % 251) as u8 + 1).collect();
+    let setup = || {
+        let mut t = Pair::new(|c| c.mtu = 1024);
+        t.ma.set_local(1, data.clone());
+        t.ma.set_local(2, data[..3333].to_vec());
+        t.mb.set_recv(60, 4000);
+        t.b.post_recv(RecvWr { wr_id: 60, len: 4000 }).unwrap();
+        t.a.post_send(SendWr::write(1, 5000, 0x1000, 0x77)).unwrap();
+        t.a.post_send(SendWr::send(2, 3333)).unwrap();
+        t.a.post_send(SendWr::read(3, 4500, 0x1100, 0x77)).unwrap();
+        t
+    };
+    let mut copied = setup();
+    copied.run(40);
+    let mut t = setup();
+    let mut ma = ByReference { inner: std::mem::take(&mut t.ma), base: 0, noted: None };
+    let mut mb = ByReference { inner: std::mem::take(&mut t.mb), base: 0, noted: None };
+    for _ in 0..40 {
+        for p in out_by_reference(&mut t.a, t.now, &mut ma) {
+            t.b.handle_datagram(Instant(t.now), p.0, false, &p.1, &mut mb);
+        }
+        for p in out_by_reference(&mut t.b, t.now, &mut mb) {
+            t.a.handle_datagram(Instant(t.now), p.0, false, &p.1, &mut ma);
+        }
+        t.tick(1_000);
+    }
+    let (ca, cb) = (t.comps_a(), t.comps_b());
+    assert_eq!(ca.len(), 3, "{ca:?}");
+    assert!(ca.iter().all(|c| c.status == WcStatus::Success), "{ca:?}");
+    assert_eq!((ca, cb), (copied.comps_a(), copied.comps_b()));
+    assert!(mb.inner.region(0x77)[..5000] == data[..], "WRITE placed");
+    assert!(mb.inner.recv[&60][..3333] == data[..3333], "SEND placed");
+    assert!(ma.inner.local[&3][..4500] == data[0x100..0x100 + 4500], "READ response placed");
+    assert!(mb.inner.region(0x77) == copied.mb.region(0x77));
+}
