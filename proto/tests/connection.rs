@@ -120,6 +120,21 @@ impl Pair {
             .max(self.now + 1);
         self.tick(next - self.now);
     }
+    /// A pair (1 KiB MTU) where A has posted three multi-packet requests on
+    /// `data` (5,000 bytes): WRITE 1 of all of it to B's region 0x77 at 0x1000,
+    /// SEND 2 of its first 3,333 bytes into B's receive 60, and READ 3 of 4,500
+    /// bytes from 0x1100, which that WRITE fills (`data[0x100..]`).
+    fn write_send_read(data: &[u8]) -> Pair {
+        let mut t = Pair::new(|c| c.mtu = 1024);
+        t.ma.set_local(1, data.to_vec());
+        t.ma.set_local(2, data[..3333].to_vec());
+        t.mb.set_recv(60, 4000);
+        t.b.post_recv(RecvWr { wr_id: 60, len: 4000 }).unwrap();
+        t.a.post_send(SendWr::write(1, 5000, 0x1000, 0x77)).unwrap();
+        t.a.post_send(SendWr::send(2, 3333)).unwrap();
+        t.a.post_send(SendWr::read(3, 4500, 0x1100, 0x77)).unwrap();
+        t
+    }
     fn comps_a(&mut self) -> Vec<Completion> {
         std::iter::from_fn(|| self.a.poll_completion()).collect()
     }
@@ -177,17 +192,9 @@ fn last_packet_is_placed_last() {
 #[test]
 fn datagrams_received_in_pieces_place_the_same_bytes() {
     let run = |scatter: bool| {
-        let mut t = Pair::new(|c| c.mtu = 1024);
-        t.scatter = scatter;
         let data: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 253) as u8 + 1).collect();
-        t.ma.set_local(1, data.clone());
-        t.ma.set_local(2, data[..3333].to_vec());
-        t.mb.set_recv(60, 4000);
-        t.b.post_recv(RecvWr { wr_id: 60, len: 4000 }).unwrap();
-        // The READ source: bytes a WRITE of B's own put in its region first.
-        t.a.post_send(SendWr::write(1, 5000, 0x1000, 0x77)).unwrap();
-        t.a.post_send(SendWr::send(2, 3333)).unwrap();
-        t.a.post_send(SendWr::read(3, 4500, 0x1100, 0x77)).unwrap();
+        let mut t = Pair::write_send_read(&data);
+        t.scatter = scatter;
         t.run(40);
         let (ca, cb) = (t.comps_a(), t.comps_b());
         let read_back = t.ma.local[&3].clone();
@@ -1274,20 +1281,9 @@ fn out_by_reference(c: &mut Connection, now: u64, m: &mut ByReference) -> Vec<(u
 #[test]
 fn a_payload_filled_in_after_the_packet_is_built_moves_the_same_bytes() {
     let data: Vec<u8> = (0..5000u32).map(|i| (i * 11 % 251) as u8 + 1).collect();
-    let setup = || {
-        let mut t = Pair::new(|c| c.mtu = 1024);
-        t.ma.set_local(1, data.clone());
-        t.ma.set_local(2, data[..3333].to_vec());
-        t.mb.set_recv(60, 4000);
-        t.b.post_recv(RecvWr { wr_id: 60, len: 4000 }).unwrap();
-        t.a.post_send(SendWr::write(1, 5000, 0x1000, 0x77)).unwrap();
-        t.a.post_send(SendWr::send(2, 3333)).unwrap();
-        t.a.post_send(SendWr::read(3, 4500, 0x1100, 0x77)).unwrap();
-        t
-    };
-    let mut copied = setup();
+    let mut copied = Pair::write_send_read(&data);
     copied.run(40);
-    let mut t = setup();
+    let mut t = Pair::write_send_read(&data);
     let mut ma = ByReference { inner: std::mem::take(&mut t.ma), base: 0, noted: None };
     let mut mb = ByReference { inner: std::mem::take(&mut t.mb), base: 0, noted: None };
     for _ in 0..40 {
