@@ -10,7 +10,7 @@
 
 use crate::engine::EngineCounters;
 use crate::ffi::IbDev;
-use crate::proto::wire::PacketRepr;
+use crate::proto::wire::WireError;
 use core::sync::atomic::{AtomicU64, Ordering};
 
 /// The device counters, in the order `rdma statistic` lists them.
@@ -132,19 +132,20 @@ pub(crate) struct Datagram<'a> {
     pub(crate) more: &'a [&'a [u8]],
 }
 
-/// Classifies a datagram addressed to `dev`'s MetaRoCE port: the destination QP
-/// number of a well-formed packet, `None` (counted) for a malformed one.
-pub(crate) fn receive(dev: &IbDev, d: &Datagram<'_>) -> Option<u32> {
+/// Counts a datagram addressed to `dev`'s MetaRoCE port, given the core's parse of
+/// it: the destination QP number of a well-formed packet, `None` (counted) for a
+/// malformed one.
+pub(crate) fn receive(dev: &IbDev, d: &Datagram<'_>, parsed: Result<u32, WireError>) -> Option<u32> {
     let c = &dev.data().counters;
     c.add(Counter::RxPackets, 1);
     let more: usize = d.more.iter().map(|p| p.len()).sum();
     c.add(Counter::RxBytes, (d.payload.len() + more) as u64);
-    match PacketRepr::parse_scattered(d.payload, d.more) {
+    match parsed {
         Err(_) => {
             c.add(Counter::RxMalformed, 1);
             None
         }
-        Ok(p) => Some(p.base.dest_qpn),
+        Ok(qpn) => Some(qpn),
     }
 }
 

@@ -15,6 +15,7 @@ use super::verbs::{ah_dgid, cq_of, qp_alloc_io, qp_of, srq_of};
 use super::{raw, IbDev};
 use crate::cq::Pushed;
 use crate::engine::{atomic_operands, Io, LocalOp, Received, SendRequest, Sge, Shared, UdDest};
+use crate::proto::wire::{PacketRepr, WireError};
 use crate::proto::{Ecn, Instant, WrOpcode};
 use core::ffi::{c_int, c_void};
 use core::ptr::NonNull;
@@ -736,26 +737,33 @@ impl<'a> UdpPayload<'a> {
     /// Reads the payload of `skb` in pieces, with the packet's headers in the
     /// first: a first piece too short for them (a sender or NIC that put them in
     /// the fragments) is lengthened to [`HEADERS_MAX`] bytes, copied out of the
-    /// fragments; one that holds them costs no copy. `None` if it cannot be read.
+    /// fragments; one that holds them costs no copy. Returns the payload with the
+    /// core's parse of it (the destination QP number, or why it is malformed), so
+    /// that the receive path parses each datagram once; `None` if it cannot be read.
     ///
     /// [`HEADERS_MAX`]: crate::proto::wire::HEADERS_MAX
     ///
     /// # Safety
     ///
     /// As for [`Self::of`].
-    pub(super) unsafe fn with_headers(skb: *mut raw::sk_buff) -> Option<Self> {
+    pub(super) unsafe fn with_headers(skb: *mut raw::sk_buff) -> Option<(Self, Result<u32, WireError>)> {
         // SAFETY: Per the contract.
         let d = unsafe { Self::of(skb, true, 0) }?;
-        let more = d.more();
-        let truncated = d.n_more > 0
-            && crate::proto::wire::PacketRepr::parse_scattered(d.first, &more[..d.n_more])
-                == Err(crate::proto::wire::WireError::Truncated);
-        if !truncated {
-            return Some(d);
+        let parsed = d.dest_qpn();
+        if !(d.n_more > 0 && parsed == Err(WireError::Truncated)) {
+            return Some((d, parsed));
         }
         // SAFETY: Per the contract; `d` (whose slices pulling may move) is not used
         // again.
-        unsafe { Self::of(skb, true, crate::proto::wire::HEADERS_MAX) }
+        let d = unsafe { Self::of(skb, true, crate::proto::wire::HEADERS_MAX) }?;
+        let parsed = d.dest_qpn();
+        Some((d, parsed))
+    }
+
+    /// The core's parse of the packet: its destination QP number.
+    fn dest_qpn(&self) -> Result<u32, WireError> {
+        let more = self.more();
+        PacketRepr::parse_scattered(self.first, &more[..self.n_more]).map(|p| p.base.dest_qpn)
     }
 
     /// The pieces after the first (empty slices past the `n_more`th).

@@ -24,10 +24,10 @@ pub(super) unsafe extern "C" fn udp_rcv_cb(sk: *mut raw::sock, skb: *mut raw::sk
         // SAFETY: `skb` is a received UDP datagram we own, unmodified until it is
         // handed on below, after the last use of `d`.
         let d = unsafe { super::datapath::UdpPayload::with_headers(skb) };
-        if let Some(d) = d {
+        if let Some((d, parsed)) = d {
             let more = d.more();
             let datagram = Datagram { payload: d.first, more: &more[..d.n_more()] };
-            if let Some(qpn) = crate::net::receive(dev, &datagram) {
+            if let Some(qpn) = crate::net::receive(dev, &datagram, parsed) {
                 // SAFETY: We own the skb; on success the QP's queue owns it.
                 match unsafe { super::datapath::deliver(dev, qpn, skb) } {
                     Ok(()) => return 0,
