@@ -5,8 +5,8 @@
 # passed as METAROCE_ROOT (tools/lib.sh), e.g.
 #   METAROCE_ROOT=/var/cache/metaroce/root-perf tools/vm --flavour plain -- \
 #       env PROF_KO=out/x.ko bash selftests/bench/exp-profile.sh
-# PROF_MTU="LINK:RC" (default 65535:32768), PROF_RPS=MASK (default 3); reports land in
-# the run's out/vm-*/prof/.
+# PROF_MTU="LINK:RC" (default 65535:32768), PROF_RPS=MASK (default 3), PROF_QPS=N
+# (default 1); reports land in the run's out/vm-*/prof/.
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 . $HERE/lib/ktap.sh; . $HERE/lib/net.sh
 VB_LOGDIR=/tmp/vb; mkdir -p $VB_LOGDIR
@@ -30,13 +30,18 @@ ip netns exec hostB rdma link add mrcB type metaroce netdev veth1
 ga=$(vb_gid_index mrcA 198.18.0.1); gb=$(vb_gid_index mrcB 198.18.0.2)
 # Samples the steady stream only: perf (whose start-up takes seconds under TCG)
 # starts with the 10 s run and records 4 s after a 2.5 s delay, past QP set-up.
+# The first perf start reads the kernel's symbols (slow under TCG): warm it up so
+# that the first sample falls inside its stream too.
+perf record -e cpu-clock -o /tmp/warm.data -- true > /dev/null 2>&1
+# perf may leave the module's addresses unresolved: keep its symbols to read them.
+grep '\[rdma_metaroce\]' /proc/kallsyms | sort > $OUTD/module-kallsyms.txt
 sample() { perf record -e cpu-clock -F 499 -a -g -D 2500 -o /tmp/$1.data -- sleep 6.5 > /dev/null 2>&1; }
 P=19100
 for tool in ${PROF_TOOLS:-ib_write_bw ib_read_bw}; do
   P=$((P+1))
-  ip netns exec hostB timeout 60 $tool -d mrcB -x $gb -p $P -F -s 65536 -q 1 -D 10 > /tmp/s.log 2>&1 &
+  ip netns exec hostB timeout 60 $tool -d mrcB -x $gb -p $P -F -s 65536 -q ${PROF_QPS:-1} -D 10 > /tmp/s.log 2>&1 &
   wait_for 20 vb_tcp_listening hostB $P
-  ip netns exec hostA timeout 60 $tool -d mrcA -x $ga -p $P -F -s 65536 -q 1 -D 10 198.18.0.2 > /tmp/c.log 2>&1 &
+  ip netns exec hostA timeout 60 $tool -d mrcA -x $ga -p $P -F -s 65536 -q ${PROF_QPS:-1} -D 10 198.18.0.2 > /tmp/c.log 2>&1 &
   sample $tool
   wait
   echo "=== $tool: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}')"
