@@ -1495,9 +1495,9 @@ impl Responder for QpMemory<'_, '_> {
             return Err(MemError::Operation);
         }
         let mut orig = 0u64;
-        // The table lock is held across read-modify-write, so atomics on one device
-        // are atomic with respect to each other.
-        let r = self.sh.mrs.access(self.sh.keys, rkey, self.pd, va, 8, Need::RemoteAtomic, |m, iova, o| {
+        // The table is held alone across read-modify-write, so atomics on one
+        // device are atomic with respect to each other and to every copy.
+        let r = self.sh.mrs.access_alone(self.sh.keys, rkey, self.pd, va, 8, Need::RemoteAtomic, |m, iova, o| {
             let mut b = [0u8; 8];
             if !m.read(iova, o, &mut b) {
                 return false;

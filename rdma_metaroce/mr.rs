@@ -8,7 +8,9 @@
 //!
 //! The table's lock is held while bytes are copied, so deregistration (which takes
 //! the entry out under the same lock before unpinning the pages) can never free
-//! memory that a copy is using.
+//! memory that a copy is using. Copies hold it for reading, so the QPs of a device
+//! copy into and out of their regions in parallel; changes to the table (and
+//! atomics, which must not interleave with each other) hold it alone.
 
 use crate::ffi::{KernelVa, Umem};
 use crate::ids::IdTable;
@@ -192,11 +194,12 @@ fn offset_in(e: &MrEntry, va: u64, len: u64) -> Option<u64> {
 /// The memory regions of one device, indexed by the slot of their key.
 #[pin_data]
 pub(crate) struct MrTable {
-    /// One entry per key slot. Taken by verbs calls, the QP work, and by posting
-    /// a REG_MR (which may happen in softirq); held while copying (no sleeping:
-    /// the copies map pages atomically).
+    /// One entry per key slot. Read-held by the data path while it checks an
+    /// access and copies (no sleeping: the copies map pages atomically);
+    /// write-held to change an entry: by verbs calls, by posting a REG_MR (which
+    /// may happen in softirq) or a local invalidation, and by atomics.
     #[pin]
-    slots: crate::ffi::SpinLockBh<KVVec<Option<MrEntry>>>,
+    slots: crate::ffi::RwLockBh<KVVec<Option<MrEntry>>>,
 }
 
 impl MrTable {
@@ -206,13 +209,13 @@ impl MrTable {
         for _ in 0..n {
             v.push(None, GFP_KERNEL)?;
         }
-        Ok(try_pin_init!(Self { slots <- crate::ffi::new_spinlock_bh!(v, "metaroce_mrs") }? Error))
+        Ok(try_pin_init!(Self { slots <- crate::ffi::new_rwlock_bh!(v, "metaroce_mrs") }? Error))
     }
 
     /// Publishes a registration under its key.
     pub(crate) fn insert(&self, keys: &IdTable, e: MrEntry) -> Result {
         let slot = keys.slot_of(e.key).ok_or(EINVAL)?;
-        let mut s = self.slots.lock();
+        let mut s = self.slots.write();
         let cell = s.get_mut(slot).ok_or(EINVAL)?;
         *cell = Some(e);
         Ok(())
@@ -222,7 +225,7 @@ impl MrTable {
     /// caller drops it (unpinning the pages) outside the lock.
     pub(crate) fn remove(&self, keys: &IdTable, key: u32) -> Option<MrEntry> {
         let slot = keys.slot_of(key)?;
-        let mut s = self.slots.lock();
+        let mut s = self.slots.write();
         let cell = s.get_mut(slot)?;
         if cell.as_ref().is_some_and(|e| e.key == key) {
             cell.take()
@@ -236,7 +239,7 @@ impl MrTable {
     /// list does not fit.
     pub(crate) fn stage_pages(&self, keys: &IdTable, key: u32, pages: &[u64], page_size: u64, iova: u64, length: u64) -> Result {
         let slot = keys.slot_of(key).ok_or(EINVAL)?;
-        let mut s = self.slots.lock();
+        let mut s = self.slots.write();
         let Some(Some(MrEntry { mem: Backing::Pages(p), .. })) = s.get_mut(slot) else { return Err(EINVAL) };
         let dst = p.staged.get_mut(..pages.len()).ok_or(EINVAL)?;
         dst.copy_from_slice(pages);
@@ -253,7 +256,7 @@ impl MrTable {
     /// before registering again).
     pub(crate) fn fast_register(&self, keys: &IdTable, new_key: u32, pd: PdId, access: u32) -> Result<(), MemError> {
         let slot = keys.slot_of(new_key).ok_or(MemError::Access)?;
-        let mut s = self.slots.lock();
+        let mut s = self.slots.write();
         let e = s.get_mut(slot).and_then(|c| c.as_mut()).ok_or(MemError::Access)?;
         if e.valid || e.pd != pd {
             return Err(MemError::Access);
@@ -276,7 +279,7 @@ impl MrTable {
     /// SEND_WITH_INV from the peer). Ordinary MRs cannot be invalidated.
     pub(crate) fn invalidate(&self, keys: &IdTable, key: u32, pd: PdId) -> Result<(), MemError> {
         let slot = keys.slot_of(key).ok_or(MemError::Access)?;
-        let mut s = self.slots.lock();
+        let mut s = self.slots.write();
         let e = s.get_mut(slot).and_then(|c| c.as_mut()).ok_or(MemError::Access)?;
         if e.key != key || !e.valid || e.pd != pd || !matches!(e.mem, Backing::Pages(_)) {
             return Err(MemError::Access);
@@ -287,7 +290,8 @@ impl MrTable {
 
     /// Runs `f(memory, registration iova, offset)` on the memory of `key` at the
     /// offset of `va`, after the MR-9.2 checks for an access of `len` bytes by a QP
-    /// in `pd`. `f` returns whether the copy moved every byte.
+    /// in `pd`. `f` returns whether the copy moved every byte. Accesses run in
+    /// parallel with each other: `f` may only copy.
     pub(crate) fn access(
         &self,
         keys: &IdTable,
@@ -299,8 +303,40 @@ impl MrTable {
         f: impl FnOnce(&Backing, u64, u64) -> bool,
     ) -> Result<(), MemError> {
         let slot = keys.slot_of(key).ok_or(MemError::Access)?;
-        let s = self.slots.lock();
-        let e = s.get(slot).and_then(|c| c.as_ref()).ok_or(MemError::Access)?;
+        let s = self.slots.read();
+        Self::checked(&s, slot, key, pd, va, len, need, f)
+    }
+
+    /// [`Self::access`] with the table held alone, so that `f` is atomic with
+    /// respect to every other access of the device (read-modify-write atomics).
+    pub(crate) fn access_alone(
+        &self,
+        keys: &IdTable,
+        key: u32,
+        pd: PdId,
+        va: u64,
+        len: usize,
+        need: Need,
+        f: impl FnOnce(&Backing, u64, u64) -> bool,
+    ) -> Result<(), MemError> {
+        let slot = keys.slot_of(key).ok_or(MemError::Access)?;
+        let s = self.slots.write();
+        Self::checked(&s, slot, key, pd, va, len, need, f)
+    }
+
+    /// Spec: MR-9.2 — key, PD, right and bounds, then `f`.
+    #[allow(clippy::too_many_arguments)]
+    fn checked(
+        slots: &[Option<MrEntry>],
+        slot: usize,
+        key: u32,
+        pd: PdId,
+        va: u64,
+        len: usize,
+        need: Need,
+        f: impl FnOnce(&Backing, u64, u64) -> bool,
+    ) -> Result<(), MemError> {
+        let e = slots.get(slot).and_then(|c| c.as_ref()).ok_or(MemError::Access)?;
         if e.key != key || !e.valid || e.pd != pd || e.access & need.right() != need.right() {
             return Err(MemError::Access);
         }
@@ -345,6 +381,11 @@ mod tests {
         assert_eq!(t.access(&keys, key ^ 1, PdId(1), 0x1000, 8, Need::LocalRead, ok), Err(MemError::Access));
         assert_eq!(t.access(&keys, key, PdId(2), 0x1000, 8, Need::LocalRead, ok), Err(MemError::Access));
         assert_eq!(t.access(&keys, key, PdId(1), 0x1000, 8, Need::RemoteWrite, ok), Err(MemError::Access));
+        // Held alone (atomics): the same checks.
+        assert_eq!(t.access_alone(&keys, key, PdId(1), 0x1000, 8, Need::LocalWrite, ok), Ok(()));
+        assert_eq!(t.access_alone(&keys, key, PdId(1), 0x10f9, 8, Need::LocalRead, ok), Err(MemError::Access));
+        assert_eq!(t.access_alone(&keys, key, PdId(2), 0x1000, 8, Need::LocalRead, ok), Err(MemError::Access));
+        assert_eq!(t.access_alone(&keys, key, PdId(1), 0x1000, 8, Need::RemoteAtomic, ok), Err(MemError::Access));
         assert!(t.remove(&keys, key ^ 1).is_none());
         assert!(t.remove(&keys, key).is_some());
         assert!(t.remove(&keys, key).is_none());

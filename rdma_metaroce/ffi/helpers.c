@@ -382,6 +382,19 @@ void mrc_qp_io_rx_push(struct mrc_qp_io *io, struct sk_buff *skb)
 {
 	WRITE_ONCE(io->home, smp_processor_id());
 	skb_queue_tail(&io->rxq, skb);
+	/*
+	 * Pairs with the barrier of mrc_qp_io_rx_pending: either the pusher's
+	 * attempt at the QP's lock sees it held by a run that will look at the
+	 * queue again after releasing it, or it gets the lock itself.
+	 */
+	smp_mb();
+}
+
+bool mrc_qp_io_rx_pending(struct mrc_qp_io *io)
+{
+	/* Orders the caller's release of the QP's lock before the look (see push). */
+	smp_mb();
+	return !skb_queue_empty_lockless(&io->rxq);
 }
 
 struct sk_buff *mrc_qp_io_rx_pop(struct mrc_qp_io *io)
@@ -788,6 +801,52 @@ u32 mrc_load_acquire_u32(const u32 *p)
 void mrc_store_release_u32(u32 *p, u32 v)
 {
 	smp_store_release(p, v);
+}
+
+void mrc_rwlock_init(void *lock, const char *name, void *key)
+{
+#ifdef CONFIG_DEBUG_SPINLOCK
+	__rwlock_init((rwlock_t *)lock, name, (struct lock_class_key *)key);
+#else
+	rwlock_init((rwlock_t *)lock);
+#endif
+}
+
+/* As mrc_spin_lock_nosoftirq, for the reader side of an rwlock. */
+bool mrc_read_lock_nosoftirq(void *lock)
+{
+	if (in_interrupt() || irqs_disabled()) {
+		read_lock((rwlock_t *)lock);
+		return false;
+	}
+	read_lock_bh((rwlock_t *)lock);
+	return true;
+}
+
+void mrc_read_unlock_nosoftirq(void *lock, bool bh)
+{
+	if (bh)
+		read_unlock_bh((rwlock_t *)lock);
+	else
+		read_unlock((rwlock_t *)lock);
+}
+
+bool mrc_write_lock_nosoftirq(void *lock)
+{
+	if (in_interrupt() || irqs_disabled()) {
+		write_lock((rwlock_t *)lock);
+		return false;
+	}
+	write_lock_bh((rwlock_t *)lock);
+	return true;
+}
+
+void mrc_write_unlock_nosoftirq(void *lock, bool bh)
+{
+	if (bh)
+		write_unlock_bh((rwlock_t *)lock);
+	else
+		write_unlock((rwlock_t *)lock);
 }
 
 bool mrc_spin_lock_nosoftirq(void *lock)

@@ -121,6 +121,8 @@ void mrc_qp_io_arm(struct mrc_qp_io *io, u64 usecs, bool precise);
 void mrc_qp_io_disarm(struct mrc_qp_io *io);
 /* Queues a received skb (from softirq; this CPU becomes the work's home). Takes ownership. */
 void mrc_qp_io_rx_push(struct mrc_qp_io *io, struct sk_buff *skb);
+/* Datagrams are waiting; a full barrier first (after releasing the QP's lock). */
+bool mrc_qp_io_rx_pending(struct mrc_qp_io *io);
 /* The oldest queued skb, or NULL. */
 struct sk_buff *mrc_qp_io_rx_pop(struct mrc_qp_io *io);
 /* Cancels the work and the timer (waiting for running ones), drops queued skbs,
@@ -224,3 +226,9 @@ void mrc_store_release_u32(u32 *p, u32 v);
 bool mrc_spin_lock_nosoftirq(void *lock);
 void mrc_spin_unlock_nosoftirq(void *lock, bool bh);
 bool mrc_spin_trylock_nosoftirq(void *lock, bool *bh);
+/* A reader-writer spinlock (rwlock_t) taken as the spinlock helpers above take theirs. */
+void mrc_rwlock_init(void *lock, const char *name, void *key);
+bool mrc_read_lock_nosoftirq(void *lock);
+void mrc_read_unlock_nosoftirq(void *lock, bool bh);
+bool mrc_write_lock_nosoftirq(void *lock);
+void mrc_write_unlock_nosoftirq(void *lock, bool bh);

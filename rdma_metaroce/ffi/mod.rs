@@ -24,6 +24,7 @@ use kernel::prelude::*;
 pub(crate) mod raw;
 
 mod bhlock;
+mod rwlock;
 
 mod datapath;
 mod ibdev;
@@ -40,6 +41,7 @@ pub(crate) use ibdev::{
 pub(crate) use datapath::{KernelVa, QpTable, TxFrags, Umem};
 pub(crate) use uring::{UserCq, UserQueues};
 pub(crate) use bhlock::{new_spinlock_bh, SpinLockBh};
+pub(crate) use rwlock::{new_rwlock_bh, RwLockBh};
 pub(crate) use link::LinkOps;
 
 /// `EOPNOTSUPP` ("operation not supported"), the errno rdma-core expects for verbs a
