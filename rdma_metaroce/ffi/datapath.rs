@@ -566,13 +566,6 @@ const MAX_ROUNDS: u32 = 16;
 /// jiffy, such as an ACK waiting for a reply, run from an hrtimer in softirq), for posts from
 /// contexts that may not transmit (IRQs off) and for runs over `MAX_ROUNDS`.
 ///
-/// A run for a received datagram does not wait for a QP that another CPU is
-/// running: the datagram is queued already, and every run looks at the queue
-/// again after it lets the QP go (`mrc_qp_io_rx_pending`, ordered against the
-/// push by barriers on both sides), so one of the two takes it. While one CPU
-/// copies a QP's payloads the other is free for other QPs or for the sender
-/// instead of spinning (a fifth of a 4-QP stream's CPU went to that spin).
-///
 /// False, having done nothing, for a [`Origin::MappedDoorbell`] of a QP that does not
 /// take sends in its state; true otherwise.
 ///
@@ -596,16 +589,7 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
         let mut io = WorkIo { dev, qp: ib, notify: [false; 2], overflow: [false; 2] };
         let mut again = false;
         let (t, next, precise) = {
-            // A datagram was queued before this call: if another CPU's run holds
-            // the QP, it takes the datagram (it looks at the queue again after it
-            // lets go, see below) and this CPU need not spin on the lock while
-            // the other copies payloads.
-            let mut eng = if origin == Origin::Received {
-                let Some(eng) = qp.engine.try_lock() else { return true };
-                eng
-            } else {
-                qp.engine.lock()
-            };
+            let mut eng = qp.engine.lock();
             if origin == Origin::MappedDoorbell && rounds == 1 && !eng.accepts_sends() {
                 return false;
             }
@@ -643,9 +627,7 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
             // SAFETY: A live SRQ (see above).
             unsafe { raw::mrc_srq_event(srq_ptr, raw::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED as c_int) };
         }
-        // SAFETY: `io_ctx` is alive (see above).
-        let arrived = unsafe { raw::mrc_qp_io_rx_pending(io_ctx) };
-        let due = again || arrived || next.is_some_and(|when| when <= t);
+        let due = again || next.is_some_and(|when| when <= t);
         if due && rounds < MAX_ROUNDS {
             continue;
         }

@@ -382,19 +382,6 @@ void mrc_qp_io_rx_push(struct mrc_qp_io *io, struct sk_buff *skb)
 {
 	WRITE_ONCE(io->home, smp_processor_id());
 	skb_queue_tail(&io->rxq, skb);
-	/*
-	 * Pairs with the barrier of mrc_qp_io_rx_pending: either the pusher's
-	 * attempt at the QP's lock sees it held by a run that will look at the
-	 * queue again after releasing it, or it gets the lock itself.
-	 */
-	smp_mb();
-}
-
-bool mrc_qp_io_rx_pending(struct mrc_qp_io *io)
-{
-	/* Orders the caller's release of the QP's lock before the look (see push). */
-	smp_mb();
-	return !skb_queue_empty_lockless(&io->rxq);
 }
 
 struct sk_buff *mrc_qp_io_rx_pop(struct mrc_qp_io *io)

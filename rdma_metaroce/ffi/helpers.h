@@ -121,8 +121,6 @@ void mrc_qp_io_arm(struct mrc_qp_io *io, u64 usecs, bool precise);
 void mrc_qp_io_disarm(struct mrc_qp_io *io);
 /* Queues a received skb (from softirq; this CPU becomes the work's home). Takes ownership. */
 void mrc_qp_io_rx_push(struct mrc_qp_io *io, struct sk_buff *skb);
-/* Datagrams are waiting; a full barrier first (after releasing the QP's lock). */
-bool mrc_qp_io_rx_pending(struct mrc_qp_io *io);
 /* The oldest queued skb, or NULL. */
 struct sk_buff *mrc_qp_io_rx_pop(struct mrc_qp_io *io);
 /* Cancels the work and the timer (waiting for running ones), drops queued skbs,
