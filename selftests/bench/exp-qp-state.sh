@@ -36,7 +36,7 @@ for tool in ${QS_TOOLS:-ib_write_bw ib_read_bw}; do
     sleep 0.7  # sampling interval, not synchronisation: the stream runs either way
     echo "--- $tool sample $i"
     [ $i != 1 ] || rdma -dd resource show qp 2>/dev/null | head -40
-    rdma -dd resource show qp 2>/dev/null | grep -o "dev mrc[AB].*lqpn [0-9]*\|sq_in_transport [0-9]*\|rq_in_transport [0-9]*\|path[0-3]_cwnd [0-9]*\|path[0-3]_inflight [0-9]*\|path[0-3]_srtt_ns [0-9]*" | paste -sd' ' | sed 's/dev mrc/\ndev mrc/g' | grep path0_cwnd
+    rdma -dd resource show qp 2>/dev/null | grep -Eo "(dev|link) mrc[AB].*lqpn [0-9]*|(drv_)?(sq_in_transport|rq_in_transport|path[0-3]_cwnd|path[0-3]_inflight|path[0-3]_srtt_ns) [0-9]*" | paste -sd' ' | sed -E "s/(dev|link) mrc/\n\1 mrc/g; s/drv_//g" | grep path0_cwnd
   done
   wait $client
   echo "=== $tool: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}')"
