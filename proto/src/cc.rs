@@ -189,9 +189,12 @@ impl PathCc {
                 self.last_decrease = now_ns;
             }
         } else {
-            // Spec: MR-8.5.1 — coupled additive increase.
+            // Spec: MR-8.5.1 — coupled additive increase, at least one MTU per
+            // RTT (MR-8.6.1): a window counts whole packets, so a smaller step
+            // would take many round trips to admit one more.
             let total = (s.total_cwnd as u64).max(1);
-            let inc = (cfg.ai_bytes as u64 * s.acked_bytes as u64) / total;
+            let ai = cfg.ai_bytes.max(min_cwnd) as u64;
+            let inc = (ai * s.acked_bytes as u64) / total;
             self.cwnd = (cwnd + inc.max(1)).min(u32::MAX as u64) as u32;
         }
         self.clamp(cfg, min_cwnd);

@@ -428,3 +428,24 @@ fn verbs_min_rnr_timer_maps_to_a_wait_at_least_as_long() {
         }
     }
 }
+
+#[test]
+fn additive_increase_is_at_least_one_mtu_per_rtt() {
+    // Spec: MR-8.5.1, MR-8.6.1 — `ai` (4096 B) or one MTU, whichever is larger.
+    let cfg = CcConfig::default();
+    let s = AckSignal {
+        acked_bytes: 32_768,
+        rtt_ns: Some(10_000),
+        srtt_ns: 10_000,
+        base_rtt_ns: 10_000,
+        ce: 0,
+        rcvd: 1,
+        total_cwnd: 131_072,
+    };
+    let mut big = PathCc::new(32_768);
+    big.on_ack(&cfg, 1_000_000, &s, 32_768);
+    assert_eq!(big.cwnd, 32_768 + 32_768 * 32_768 / 131_072);
+    let mut small = PathCc::new(32_768);
+    small.on_ack(&cfg, 1_000_000, &s, 1_024);
+    assert_eq!(small.cwnd, 32_768 + 4096 * 32_768 / 131_072);
+}
