@@ -323,6 +323,12 @@ pub(crate) struct Engine {
     /// The send/receive rings a process posts into, for a user RC QP whose provider
     /// maps them ([`Engine::pull_posted`]); `None`: work arrives through `post_*`.
     user: Option<UserQueues>,
+    /// Nanoseconds the data path has held this engine (its runs, from the first read
+    /// of the clock under the lock to the last) and how many runs that was: how
+    /// close the QP is to being bound by its own lock (`held_ns` per second of
+    /// wall time near 1e9), for `rdma resource show qp -dd`.
+    held_ns: u64,
+    runs: u64,
 }
 
 /// Total byte length of a scatter/gather list (`EINVAL` beyond 2^31).
@@ -395,6 +401,8 @@ impl Engine {
             counters: EngineCounters::default(),
             last_stats: proto::Stats::default(),
             user: None,
+            held_ns: 0,
+            runs: 0,
         })
     }
 
@@ -620,6 +628,12 @@ impl Engine {
         self.publish_consumed();
     }
 
+    /// Accounts one run of the data path that held the engine for `ns`.
+    pub(crate) fn account_run(&mut self, ns: u64) {
+        self.held_ns = self.held_ns.wrapping_add(ns);
+        self.runs = self.runs.wrapping_add(1);
+    }
+
     /// Reports the data path's state as named values (`rdma resource show qp -dd`),
     /// for diagnosing a stuck or slow QP.
     pub(crate) fn describe(&self, mut put: impl FnMut(&'static core::ffi::CStr, u64)) {
@@ -629,6 +643,8 @@ impl Engine {
         put(c"rq_posted", u64::from(r.len()));
         put(c"rq_in_transport", u64::from(r.fed.wrapping_sub(r.head)));
         put(c"errored", u64::from(self.errored));
+        put(c"held_ns", self.held_ns);
+        put(c"runs", self.runs);
         let Some(c) = self.conn.as_ref().filter(|_| self.connected) else { return };
         let st = c.stats();
         put(c"tx_packets", st.tx_packets);

@@ -620,6 +620,7 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
             let next = eng.run(&sh, &mut io, t, !again, ack_clocked);
             eng.publish_consumed();
             crate::net::account(&data.counters, eng.take_counters());
+            eng.account_run(now().as_nanos().saturating_sub(t.as_nanos()));
             (t, next, eng.precise_timers())
         };
         io.fire();
