@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # experiment: what bounds a steady 1-QP ib_write_bw / ib_read_bw 64 KiB stream. Samples
-# the sending QP's state (`rdma -dd resource show qp`: per-path cwnd, bytes in flight,
-# srtt; work requests held by the transport; nanoseconds the data path held each QP and its runs) a few times inside the stream, so that a
-# window-bound stream (in flight at cwnd), a message-window-bound one (32 messages in
-# the transport) and one bound by neither can be told apart.
+# both RC QPs' state (`rdma -dd resource show qp`: per-path cwnd, bytes in flight,
+# srtt; work requests held by the transport; `held_ns`/`runs`, how long the data path
+# has held the QP) a few times inside the stream, so that a window-bound stream (in
+# flight at cwnd), a message-window-bound one (32 messages in the transport), one
+# bound by a QP's own lock (held_ns growing ~1 s per s) and one bound by none of them
+# can be told apart.
 # Run in the guest: tools/vm --flavour plain -- env QS_KO=out/x.ko \
 #   bash selftests/bench/exp-qp-state.sh
 # QS_QPS (default 1), QS_TOOLS (default "ib_write_bw ib_read_bw"), QS_NETEM="ARGS"
