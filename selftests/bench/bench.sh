@@ -29,7 +29,8 @@
 # qpmem"), BENCH_MTU (the one-link veth MTU, default 65535), BENCH_RC_MTU (MetaRoCE's
 # rc_mtu parameter, default 32768; 0 for verbs' path_mtu), BENCH_RPS (receive packet
 # steering on the one-link veths: 1, the default, spreads received packets over every
-# CPU by flow hash, as a NIC's RSS would; 0 leaves them on the transmitting CPU)
+# CPU by flow hash, as a NIC's RSS would; 0 leaves them on the transmitting CPU),
+# BENCH_MRC_ARGS (more rdma_metaroce module parameters, e.g. "cc_target_delay_us=3000")
 # override single settings. Latency cases always run without RPS: its cross-CPU hop
 # doubles every transport's ib_send_lat under emulation (2026-11-30 measurement in
 # the README).
@@ -66,6 +67,7 @@ PARTS=${BENCH_PARTS:-"link mp qpmem"}
 LINK_MTU=${BENCH_MTU:-65535}            # MTU of the one-link part's veth pair (veth's largest)
 RC_MTU=${BENCH_RC_MTU:-32768}           # MetaRoCE's rc_mtu: a 64 KiB message in two packets
 RPS=${BENCH_RPS:-1}
+MRC_ARGS=${BENCH_MRC_ARGS:-}            # more module parameters, space-separated
 MARGIN=1                                # perftest -f: warm-up and cool-down, seconds
 TMO=$((WINDOW + 120))                   # bound on every process
 PORT=21000
@@ -97,7 +99,7 @@ echo "part,transport,case,cond,repeat,value,p99,unit,cpu_s_per_gb,kcpu_s_per_gb,
     echo "lat_iters=$LAT_ITERS"; echo "conds=$CONDS"; echo "qp_pairs=$QP_PAIRS"
     echo "mp_paths=$NPATHS"; echo "mp_rate=${MP_RATE:-none}"; echo "mp_degrade=$MP_DEGRADE"
     echo "num_paths=${NUM_PATHS:-default}"; echo "link_mtu=$LINK_MTU"; echo "rc_mtu=$RC_MTU"
-    echo "rps=$RPS"
+    echo "rps=$RPS"; echo "mrc_args=${MRC_ARGS:-none}"
     echo "kernel=$(uname -r)"; echo "cpus=$(nproc)"
     echo "mem_kb=$(awk '/MemTotal/ {print $2}' /proc/meminfo)"
 } > "$OUT/bench-params.txt"   # one key=value a line
@@ -310,7 +312,8 @@ dev_up() {
         rxe) modprobe rdma_rxe || { WHY="modprobe rdma_rxe failed"; return 1; } ;;
         siw) modprobe siw || { WHY="modprobe siw failed"; return 1; } ;;
         metaroce) lsmod | grep -q '^rdma_metaroce ' ||
-                      mrc_insmod ${NUM_PATHS:+num_paths=$NUM_PATHS} rc_mtu="$RC_MTU" ||
+                      # shellcheck disable=SC2086  # MRC_ARGS is a list of parameters
+                      mrc_insmod ${NUM_PATHS:+num_paths=$NUM_PATHS} rc_mtu="$RC_MTU" $MRC_ARGS ||
                       { WHY="insmod failed"; return 1; } ;;
     esac
     if ! { ip netns exec hostA rdma link add "$da" type "$type" netdev "$2" &&

@@ -148,7 +148,8 @@ def main():
         out += [f"One link (veth, MTU {params.get('link_mtu', '1500')}, netem on both ends, "
                 "0% included, except 'no netem'; "
                 f"RPS {'on for bandwidth' if params.get('rps', '0') == '1' else 'off'}; "
-                f"MetaRoCE rc_mtu={params.get('rc_mtu', '0')}). "
+                f"MetaRoCE rc_mtu={params.get('rc_mtu', '0')}"
+                + (f" {params['mrc_args']}" if params.get('mrc_args', 'none') != 'none' else "") + "). "
                 "Bandwidth: goodput in Mbit/s, higher is better; "
                 "latency: one-way (RTT/2) in us, lower is better.", ""] + fmt_table(header, lines) + [""]
         md += md_table(header, lines) + [""]
