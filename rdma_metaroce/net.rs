@@ -125,21 +125,13 @@ impl Counters {
     }
 }
 
-/// One received datagram: the bytes after the UDP header, in `payload` and then
-/// in each of `more` (page fragments).
-pub(crate) struct Datagram<'a> {
-    pub(crate) payload: &'a [u8],
-    pub(crate) more: &'a [&'a [u8]],
-}
-
-/// Counts a datagram addressed to `dev`'s MetaRoCE port, given the core's parse of
-/// it: the destination QP number of a well-formed packet, `None` (counted) for a
-/// malformed one.
-pub(crate) fn receive(dev: &IbDev, d: &Datagram<'_>, parsed: Result<u32, WireError>) -> Option<u32> {
+/// Counts a datagram of `bytes` UDP payload bytes addressed to `dev`'s MetaRoCE
+/// port, given the core's parse of it: the destination QP number of a well-formed
+/// packet, `None` (counted) for a malformed one.
+pub(crate) fn receive(dev: &IbDev, bytes: usize, parsed: Result<u32, WireError>) -> Option<u32> {
     let c = &dev.data().counters;
     c.add(Counter::RxPackets, 1);
-    let more: usize = d.more.iter().map(|p| p.len()).sum();
-    c.add(Counter::RxBytes, (d.payload.len() + more) as u64);
+    c.add(Counter::RxBytes, bytes as u64);
     match parsed {
         Err(_) => {
             c.add(Counter::RxMalformed, 1);

@@ -185,9 +185,11 @@ impl TxFrags {
 
     /// Drops every reference (nothing is held afterwards).
     pub(crate) fn clear(&mut self) {
-        // SAFETY: `frags[..n]` hold references we own (type invariant); after the
-        // call none are held, and `n` says so.
-        unsafe { raw::mrc_frags_put(self.frags.as_mut_ptr(), self.n as u32) };
+        if self.n > 0 {
+            // SAFETY: `frags[..n]` hold references we own (type invariant); after
+            // the call none are held, and `n` says so.
+            unsafe { raw::mrc_frags_put(self.frags.as_mut_ptr(), self.n as u32) };
+        }
         self.n = 0;
         self.bytes = 0;
         self.place = None;
@@ -665,9 +667,11 @@ unsafe fn hand_in(
         raw::mrc_skb_addrs4(skb, &mut sa, &mut da);
         raw::mrc_skb_addrs6(skb, sa6.as_mut_ptr(), da6.as_mut_ptr());
     }
+    let mut pieces = Pieces::new();
+    let pieces = eng.takes_pieces().then_some(&mut pieces);
     // SAFETY: As above; the pieces stay valid while we own the skb (this call).
     // The receive callback made the headers linear (`UdpPayload::with_headers`).
-    let Some(d) = (unsafe { UdpPayload::of(skb, eng.takes_pieces(), 0) }) else {
+    let Some(d) = (unsafe { UdpPayload::of(skb, pieces) }) else {
         eng.pull_posted(io);
         return;
     };
@@ -679,60 +683,128 @@ unsafe fn hand_in(
     } else {
         crate::engine::IpPair::V6(sa6, da6)
     };
-    let more = d.more();
-    let r = Received { bytes: d.first, more: &more[..d.n_more()], src_port: d.src_port, ce: d.ce, addrs: from };
-    eng.on_datagram(sh, io, t, &r);
+    d.with_more(|more| {
+        let r = Received { bytes: d.first, more, src_port: d.src_port, ce: d.ce, addrs: from };
+        eng.on_datagram(sh, io, t, &r);
+    });
 }
 
 /// Most page fragments of a received datagram that are handed on as they are; a
 /// datagram with more is linearized. The kernel's default `MAX_SKB_FRAGS` is 17.
 const MAX_PIECES: usize = 18;
 
-/// The UDP payload of a received datagram, as the skb holds it: a first piece in
-/// its linear part (with the headers), then its page fragments.
-pub(super) struct UdpPayload<'a> {
-    pub(super) first: &'a [u8],
-    pieces: [raw::mrc_piece; MAX_PIECES],
-    n_more: usize,
-    pub(super) src_port: u16,
-    pub(super) ce: bool,
+/// Room for the page fragments of one received datagram, which [`UdpPayload`]
+/// describes. Left uninitialized: only the pieces the helper fills are read.
+///
+/// Kept apart from the payload so that the payload is a few words: it is returned
+/// and moved on every received packet, and under emulation each move of a few
+/// hundred bytes (a `rep movs`) cost more than the rest of an ACK's handling.
+pub(super) struct Pieces([core::mem::MaybeUninit<raw::mrc_piece>; MAX_PIECES]);
+
+impl Pieces {
+    pub(super) const fn new() -> Self {
+        Pieces([const { core::mem::MaybeUninit::uninit() }; MAX_PIECES])
+    }
 }
 
-impl<'a> UdpPayload<'a> {
-    /// Reads the payload of `skb`; in pieces if `pieces` (with at least `pull`
-    /// bytes in the first), else linearized first. `None` if it cannot be read.
+/// What the read helpers returned for one datagram (no borrow: see [`Read::view`]).
+#[derive(Clone, Copy)]
+struct Read {
+    first: *const u8,
+    len: u32,
+    n_more: usize,
+    src_port: u16,
+    ce: bool,
+}
+
+impl Read {
+    /// Reads the payload of `skb`; in pieces into `pieces` if given (with at
+    /// least `pull` bytes in the first), else linearized first. `None` if it
+    /// cannot be read.
     ///
     /// # Safety
     ///
-    /// `skb` is a received UDP datagram skb owned by the caller, who keeps it
-    /// alive and unmodified for `'a`.
-    pub(super) unsafe fn of(skb: *mut raw::sk_buff, pieces: bool, pull: usize) -> Option<Self> {
+    /// `skb` is a received UDP datagram skb owned by the caller.
+    unsafe fn of(skb: *mut raw::sk_buff, pieces: Option<&mut Pieces>, pull: usize) -> Option<Self> {
         let (mut len, mut sport, mut ce, mut n) = (0u32, 0u16, false, 0u32);
-        let mut d = [raw::mrc_piece { data: core::ptr::null(), len: 0 }; MAX_PIECES];
-        // SAFETY: Per the contract; `d` has room for `MAX_PIECES` entries.
+        // SAFETY: Per the contract; `pieces` has room for `MAX_PIECES` entries, of
+        // which the helper initializes the first `n`.
         let p = unsafe {
-            if pieces {
-                raw::mrc_skb_udp_pieces(
+            match pieces {
+                Some(buf) => raw::mrc_skb_udp_pieces(
                     skb,
                     pull as u32,
                     &mut len,
-                    d.as_mut_ptr(),
+                    buf.0.as_mut_ptr().cast(),
                     MAX_PIECES as u32,
                     &mut n,
                     &mut sport,
                     &mut ce,
-                )
-            } else {
-                raw::mrc_skb_udp_payload(skb, &mut len, &mut sport, &mut ce)
+                ),
+                None => raw::mrc_skb_udp_payload(skb, &mut len, &mut sport, &mut ce),
             }
         };
         if p.is_null() {
             return None;
         }
+        Some(Read { first: p, len, n_more: (n as usize).min(MAX_PIECES), src_port: sport, ce })
+    }
+
+    /// The payload this read found.
+    ///
+    /// # Safety
+    ///
+    /// The skb that was read is kept alive and unmodified for `'a`, and `pieces`
+    /// is the buffer the read filled (`None` for a read without pieces), not
+    /// written since.
+    unsafe fn view<'a>(&self, pieces: Option<&'a Pieces>) -> UdpPayload<'a> {
         // SAFETY: The helper returned `len` readable bytes in the skb's linear part,
         // alive while the caller keeps the skb (contract).
-        let first = unsafe { core::slice::from_raw_parts(p, len as usize) };
-        Some(UdpPayload { first, pieces: d, n_more: (n as usize).min(MAX_PIECES), src_port: sport, ce })
+        let first = unsafe { core::slice::from_raw_parts(self.first, self.len as usize) };
+        let pieces = match pieces {
+            // SAFETY: The read initialized the first `n_more` entries of `buf` (at
+            // most `MAX_PIECES`); `MaybeUninit<T>` has the layout of `T`.
+            Some(buf) => unsafe {
+                core::slice::from_raw_parts(buf.0.as_ptr().cast::<raw::mrc_piece>(), self.n_more)
+            },
+            None => &[],
+        };
+        UdpPayload { first, pieces, src_port: self.src_port, ce: self.ce }
+    }
+}
+
+/// The UDP payload of a received datagram, as the skb holds it: a first piece in
+/// its linear part (with the headers), then its page fragments.
+///
+/// # Invariants
+///
+/// Each of `pieces` describes `len` readable bytes (or is NULL) alive for `'a`.
+pub(super) struct UdpPayload<'a> {
+    pub(super) first: &'a [u8],
+    pieces: &'a [raw::mrc_piece],
+    pub(super) src_port: u16,
+    pub(super) ce: bool,
+}
+
+impl<'a> UdpPayload<'a> {
+    /// Reads the payload of `skb`, in pieces into `pieces` if given (else
+    /// linearized first). `None` if it cannot be read.
+    ///
+    /// # Safety
+    ///
+    /// `skb` is a received UDP datagram skb owned by the caller, who keeps it
+    /// alive and unmodified for `'a`.
+    pub(super) unsafe fn of(skb: *mut raw::sk_buff, pieces: Option<&'a mut Pieces>) -> Option<Self> {
+        match pieces {
+            Some(buf) => {
+                // SAFETY: Per the contract.
+                let r = unsafe { Read::of(skb, Some(&mut *buf), 0) }?;
+                // SAFETY: The skb lives for `'a` (contract); `buf` is what `r` filled.
+                Some(unsafe { r.view(Some(buf)) })
+            }
+            // SAFETY: Per the contract; a read without pieces has none to view.
+            None => unsafe { Read::of(skb, None, 0).map(|r| r.view(None)) },
+        }
     }
 
     /// Reads the payload of `skb` in pieces, with the packet's headers in the
@@ -747,42 +819,57 @@ impl<'a> UdpPayload<'a> {
     /// # Safety
     ///
     /// As for [`Self::of`].
-    pub(super) unsafe fn with_headers(skb: *mut raw::sk_buff) -> Option<(Self, Result<u32, WireError>)> {
+    pub(super) unsafe fn with_headers(
+        skb: *mut raw::sk_buff,
+        pieces: &'a mut Pieces,
+    ) -> Option<(Self, Result<u32, WireError>)> {
         // SAFETY: Per the contract.
-        let d = unsafe { Self::of(skb, true, 0) }?;
-        let parsed = d.dest_qpn();
-        if !(d.n_more > 0 && parsed == Err(WireError::Truncated)) {
-            return Some((d, parsed));
+        let mut r = unsafe { Read::of(skb, Some(&mut *pieces), 0) }?;
+        // SAFETY: The skb is alive (contract) and `pieces` is what `r` filled; the
+        // view ends before `pieces` is written again.
+        let mut parsed = unsafe { r.view(Some(pieces)) }.dest_qpn();
+        if r.n_more > 0 && parsed == Err(WireError::Truncated) {
+            // SAFETY: Per the contract; pulling may move the bytes `r` pointed at,
+            // and `r` is replaced.
+            r = unsafe { Read::of(skb, Some(&mut *pieces), crate::proto::wire::HEADERS_MAX) }?;
+            // SAFETY: As for the first view.
+            parsed = unsafe { r.view(Some(pieces)) }.dest_qpn();
         }
-        // SAFETY: Per the contract; `d` (whose slices pulling may move) is not used
-        // again.
-        let d = unsafe { Self::of(skb, true, crate::proto::wire::HEADERS_MAX) }?;
-        let parsed = d.dest_qpn();
-        Some((d, parsed))
+        let pieces: &'a Pieces = pieces;
+        // SAFETY: The skb lives for `'a` (contract); `pieces` is what `r` filled.
+        Some((unsafe { r.view(Some(pieces)) }, parsed))
     }
 
     /// The core's parse of the packet: its destination QP number.
     fn dest_qpn(&self) -> Result<u32, WireError> {
+        self.with_more(|more| PacketRepr::parse_scattered(self.first, more).map(|p| p.base.dest_qpn))
+    }
+
+    /// Bytes of the payload, in all its pieces.
+    pub(super) fn len(&self) -> usize {
+        self.first.len() + self.pieces.iter().map(|p| p.len as usize).sum::<usize>()
+    }
+
+    /// Calls `f` with the payload's pieces after the first, as slices (the array
+    /// of them is only built for a datagram that has any).
+    pub(super) fn with_more<R>(&self, f: impl FnOnce(&[&'a [u8]]) -> R) -> R {
+        if self.pieces.is_empty() {
+            return f(&[]);
+        }
         let more = self.more();
-        PacketRepr::parse_scattered(self.first, &more[..self.n_more]).map(|p| p.base.dest_qpn)
+        f(&more[..self.pieces.len()])
     }
 
-    /// The pieces after the first (empty slices past the `n_more`th).
-    pub(super) fn more(&self) -> [&'a [u8]; MAX_PIECES] {
-        core::array::from_fn(|i| {
-            let p = &self.pieces[i];
-            if i >= self.n_more || p.data.is_null() {
-                return &[][..];
+    /// The pieces after the first (empty slices past the last).
+    fn more(&self) -> [&'a [u8]; MAX_PIECES] {
+        core::array::from_fn(|i| match self.pieces.get(i) {
+            Some(p) if !p.data.is_null() => {
+                // SAFETY: Per the type invariant the piece is `len` readable bytes
+                // (of one of the skb's direct-mapped page fragments) alive for `'a`.
+                unsafe { core::slice::from_raw_parts(p.data, p.len as usize) }
             }
-            // SAFETY: The helper described `len` readable bytes of one of the skb's
-            // page fragments (direct-mapped), alive while the skb is (see `of`).
-            unsafe { core::slice::from_raw_parts(p.data, p.len as usize) }
+            _ => &[][..],
         })
-    }
-
-    /// Number of pieces after the first.
-    pub(super) fn n_more(&self) -> usize {
-        self.n_more
     }
 }
 

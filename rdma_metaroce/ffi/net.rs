@@ -4,7 +4,7 @@
 //! (hardware counter) ops.
 
 use super::{raw, IbDev};
-use crate::net::{Datagram, COUNTER_NAMES};
+use crate::net::COUNTER_NAMES;
 use core::ffi::c_int;
 
 /// Receive callback of a device's UDP socket (udp_tunnel `encap_rcv`), in softirq.
@@ -23,11 +23,10 @@ pub(super) unsafe extern "C" fn udp_rcv_cb(sk: *mut raw::sock, skb: *mut raw::sk
         // it in pieces); here only the headers matter, and they are made linear.
         // SAFETY: `skb` is a received UDP datagram we own, unmodified until it is
         // handed on below, after the last use of `d`.
-        let d = unsafe { super::datapath::UdpPayload::with_headers(skb) };
+        let mut pieces = super::datapath::Pieces::new();
+        let d = unsafe { super::datapath::UdpPayload::with_headers(skb, &mut pieces) };
         if let Some((d, parsed)) = d {
-            let more = d.more();
-            let datagram = Datagram { payload: d.first, more: &more[..d.n_more()] };
-            if let Some(qpn) = crate::net::receive(dev, &datagram, parsed) {
+            if let Some(qpn) = crate::net::receive(dev, d.len(), parsed) {
                 // SAFETY: We own the skb; on success the QP's queue owns it.
                 match unsafe { super::datapath::deliver(dev, qpn, skb) } {
                     Ok(()) => return 0,
