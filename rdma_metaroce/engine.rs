@@ -958,7 +958,12 @@ impl Engine {
         let mut more = false;
         if !(ack_clocked && conn.in_flight()) {
             let by_ref = io.sends_pages();
-            let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters, pages: None };
+            // The pages' holder is made once a run, switched on for the packets
+            // built to take pages, and given its fragment list only when one does:
+            // the list is large enough that making it, or moving it in and out of
+            // `mem`, for each packet cost more than building an ACK.
+            let pages = by_ref.then(|| TakePages { frags: None, base: tx.as_ptr() as usize, on: false });
+            let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters, pages };
             let mut sent = 0;
             let want = conn.max_packet_len();
             // Packets with payload from user memory leave with the pages attached
@@ -982,14 +987,20 @@ impl Engine {
                     // timers stopped), and if no skb can hold it either it is counted
                     // lost; loss recovery sends it again.
                     None => {
-                        mem.pages = by_ref.then(|| TakePages { frags: TxFrags::new(), base: tx.as_ptr() as usize });
+                        mem.take_pages(true);
                         let t = conn.poll_transmit(now, tx, &mut mem);
-                        let taken = mem.pages.take().map(|p| p.frags).filter(|f| f.bytes() > 0);
-                        let Some(t) = t else { break };
+                        mem.take_pages(false);
+                        let taken = mem.pages.as_mut().and_then(|p| p.frags.as_mut()).filter(|f| f.bytes() > 0);
+                        let Some(t) = t else {
+                            if let Some(f) = taken {
+                                f.clear();
+                            }
+                            break;
+                        };
                         *tx_by_ref = taken.is_some();
                         let ok = match taken {
-                            Some(mut pages) => {
-                                let (sent, by_ref) = send_by_ref(io, remote_gid, &t, tx, &mut pages);
+                            Some(pages) => {
+                                let (sent, by_ref) = send_by_ref(io, remote_gid, &t, tx, pages);
                                 mem.counters.tx_zero_copy += u64::from(by_ref);
                                 sent
                             }
@@ -1356,8 +1367,11 @@ fn send_by_ref(io: &mut impl Io, dgid: &[u8; 16], t: &proto::Transmit, tx: &mut 
 /// its pages; `base` is the address of the packet buffer, to note where in it the
 /// payload would have been written.
 struct TakePages {
-    frags: TxFrags,
+    /// Made when a packet first takes pages (see `Engine::run`).
+    frags: Option<TxFrags>,
     base: usize,
+    /// The packet being built takes pages (otherwise its payload is copied).
+    on: bool,
 }
 
 /// The connection's view of the QP's memory: posted buffers by slot, registered
@@ -1380,20 +1394,34 @@ impl TakePages {
     /// access error, if that is why).
     fn taken(&mut self, r: Result<(), MemError>, out: &[u8]) -> bool {
         let place = (out.as_ptr() as usize).checked_sub(self.base);
+        let frags = self.frags();
         match (r, place) {
-            (Ok(()), Some(at)) if self.frags.bytes() == out.len() => {
-                self.frags.note_place(at);
+            (Ok(()), Some(at)) if frags.bytes() == out.len() => {
+                frags.note_place(at);
                 true
             }
             _ => {
-                self.frags.clear();
+                frags.clear();
                 false
             }
         }
     }
+
+    /// The fragment list, made on first use.
+    fn frags(&mut self) -> &mut TxFrags {
+        self.frags.get_or_insert_with(TxFrags::new)
+    }
 }
 
 impl QpMemory<'_, '_> {
+    /// Whether the packet about to be built takes its payload's pages (when this
+    /// memory has a holder for them).
+    fn take_pages(&mut self, on: bool) {
+        if let Some(p) = self.pages.as_mut() {
+            p.on = on;
+        }
+    }
+
     /// Walks the SGEs of a slot, calling `f(sge, offset_in_sge, range_in_data)` for
     /// each piece of `[offset, offset + len)`.
     fn walk(
@@ -1446,10 +1474,10 @@ impl LocalMemory for QpMemory<'_, '_> {
         let base = i * self.q.max_send_sge;
         let sges = &self.q.sq_sge[base..base + s.nsge as usize];
         let (sh, pd) = (self.sh, self.pd);
-        if let Some(p) = self.pages.as_mut().filter(|_| out.len() >= PAGES_MIN) {
+        if let Some(p) = self.pages.as_mut().filter(|p| p.on && out.len() >= PAGES_MIN) {
             let r = Self::walk(sges, offset, out.len(), |sge, off, range| {
                 sh.mrs.access(sh.keys, sge.lkey, pd, sge.addr + off, range.len(), Need::LocalRead, |m, iova, o| {
-                    m.take_pages(iova, o, range.len(), &mut p.frags)
+                    m.take_pages(iova, o, range.len(), p.frags())
                 })
             });
             if p.taken(r, out) {
@@ -1491,9 +1519,9 @@ impl Responder for QpMemory<'_, '_> {
             return self.count(Err(MemError::Access));
         }
         let (sh, pd) = (self.sh, self.pd);
-        if let Some(p) = self.pages.as_mut().filter(|_| out.len() >= PAGES_MIN) {
+        if let Some(p) = self.pages.as_mut().filter(|p| p.on && out.len() >= PAGES_MIN) {
             let r = sh.mrs.access(sh.keys, rkey, pd, va, out.len(), Need::RemoteRead, |m, iova, o| {
-                m.take_pages(iova, o, out.len(), &mut p.frags)
+                m.take_pages(iova, o, out.len(), p.frags())
             });
             if p.taken(r, out) {
                 return Ok(());
