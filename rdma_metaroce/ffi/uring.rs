@@ -21,7 +21,7 @@ use crate::engine::{Engine, Io, SendRequest, Sge, UdDest};
 use crate::proto::WrOpcode;
 use crate::qp::{QpCaps, MAX_INLINE, MAX_SGE};
 use core::ffi::c_int;
-use core::mem::size_of;
+use core::mem::{size_of, MaybeUninit};
 use core::ptr::NonNull;
 use kernel::prelude::*;
 
@@ -130,13 +130,18 @@ impl UserRing {
         unsafe { self.kva.as_ptr().add(off) }
     }
 
-    /// Copies entry `i` into `out` (at most one stride). The process may be writing
-    /// it concurrently; a torn copy is merely a malformed entry, which the caller
-    /// rejects like any other.
-    fn read(&self, i: u32, out: &mut [u8]) {
+    /// Copies entry `i` into `out` (at most one stride) and returns the copy. The
+    /// process may be writing it concurrently; a torn copy is merely a malformed
+    /// entry, which the caller rejects like any other. `out` need not be
+    /// initialized: zeroing a buffer of the largest entry for every one read cost
+    /// more than the copy.
+    fn read<'b>(&self, i: u32, out: &'b mut [MaybeUninit<u8>]) -> &'b [u8] {
         let n = out.len().min(self.stride as usize);
-        // SAFETY: `slot(i)` has `stride` readable bytes; `out` is ours.
-        unsafe { core::ptr::copy_nonoverlapping(self.slot(i), out.as_mut_ptr(), n) };
+        // SAFETY: `slot(i)` has `stride` readable bytes; `out` is ours, with room
+        // for `n` bytes (`MaybeUninit<u8>` has the layout of `u8`).
+        unsafe { core::ptr::copy_nonoverlapping(self.slot(i), out.as_mut_ptr().cast::<u8>(), n) };
+        // SAFETY: The copy above initialized the first `n` bytes of `out`.
+        unsafe { core::slice::from_raw_parts(out.as_ptr().cast::<u8>(), n) }
     }
 
     /// Writes `data` (at most one stride) as entry `i`.
@@ -373,11 +378,10 @@ impl UserQueues {
         if avail == 0 || eng.send_room() == 0 {
             return;
         }
-        let mut buf = [0u8; SEND_MAX];
-        let mut sges = [Sge::default(); MAX_SGE as usize];
+        let mut buf = [const { MaybeUninit::<u8>::uninit() }; SEND_MAX];
+        let mut sges = [const { MaybeUninit::<Sge>::uninit() }; MAX_SGE as usize];
         for _ in 0..avail.min(eng.send_room()) {
-            let e = &mut buf[..(self.sq.stride as usize).min(SEND_MAX)];
-            self.sq.read(self.sq_read, e);
+            let e = self.sq.read(self.sq_read, &mut buf);
             self.sq_read = self.sq_read.wrapping_add(1);
             let r = self.decode_send(e, &mut sges).and_then(|req| eng.post_send(&req).map(|()| req.wr_id));
             if r.is_err() {
@@ -400,17 +404,15 @@ impl UserQueues {
         if avail == 0 || eng.recv_room() == 0 {
             return;
         }
-        let mut buf = [0u8; RECV_MAX];
-        let mut sges = [Sge::default(); MAX_SGE as usize];
+        let mut buf = [const { MaybeUninit::<u8>::uninit() }; RECV_MAX];
+        let mut sges = [const { MaybeUninit::<Sge>::uninit() }; MAX_SGE as usize];
         for _ in 0..avail.min(eng.recv_room()) {
-            let e = &mut buf[..(rq.stride as usize).min(RECV_MAX)];
-            rq.read(self.rq_read, e);
+            let e = rq.read(self.rq_read, &mut buf);
             self.rq_read = self.rq_read.wrapping_add(1);
             let wr_id = u64_at(e, 0);
             let n = u32_at(e, 8);
             let ok = n <= self.max_recv_sge
-                && read_sges(e, RECV_HDR, n, &mut sges).is_some()
-                && eng.post_recv(wr_id, &sges[..n as usize]).is_ok();
+                && read_sges(e, RECV_HDR, n, &mut sges).is_some_and(|list| eng.post_recv(wr_id, list).is_ok());
             if !ok {
                 eng.reject_posted(io, true, wr_id);
                 return;
@@ -419,7 +421,11 @@ impl UserQueues {
     }
 
     /// Decodes a send entry (a private copy) into a request.
-    fn decode_send<'a>(&self, e: &'a [u8], sges: &'a mut [Sge; MAX_SGE as usize]) -> Result<SendRequest<'a>> {
+    fn decode_send<'a>(
+        &self,
+        e: &'a [u8],
+        sges: &'a mut [MaybeUninit<Sge>; MAX_SGE as usize],
+    ) -> Result<SendRequest<'a>> {
         if e.len() < SEND_HDR {
             return Err(EINVAL);
         }
@@ -449,14 +455,13 @@ impl UserQueues {
         } else {
             None
         };
-        let nsge = if inline.is_some() {
-            0
+        let sges: &[Sge] = if inline.is_some() {
+            &[]
         } else {
             if num_sge > self.max_send_sge {
                 return Err(EINVAL);
             }
-            read_sges(e, SEND_HDR, num_sge, sges).ok_or(EINVAL)?;
-            num_sge as usize
+            read_sges(e, SEND_HDR, num_sge, sges).ok_or(EINVAL)?
         };
         let (compare, swap_add) = crate::engine::atomic_operands(op, u64_at(e, 40), u64_at(e, 48));
         Ok(SendRequest {
@@ -465,7 +470,7 @@ impl UserQueues {
             signaled: has(raw::ib_send_flags_IB_SEND_SIGNALED),
             solicited: has(raw::ib_send_flags_IB_SEND_SOLICITED),
             fence: has(raw::ib_send_flags_IB_SEND_FENCE),
-            sges: &sges[..nsge],
+            sges,
             inline,
             remote_va: u64_at(e, 32),
             rkey: u32_at(e, 28),
@@ -526,17 +531,20 @@ fn send_wr_id(e: &[u8]) -> u64 {
     u64_at(e, 0)
 }
 
-/// Reads `n` SGEs that follow a header of `hdr` bytes; `None` if they do not fit.
-fn read_sges(e: &[u8], hdr: usize, n: u32, out: &mut [Sge; MAX_SGE as usize]) -> Option<()> {
+/// Reads `n` SGEs that follow a header of `hdr` bytes into `out` and returns
+/// them; `None` if they do not fit.
+fn read_sges<'b>(e: &[u8], hdr: usize, n: u32, out: &'b mut [MaybeUninit<Sge>; MAX_SGE as usize]) -> Option<&'b [Sge]> {
     let n = n as usize;
     if n > out.len() || hdr + n * SGE > e.len() {
         return None;
     }
     for (i, o) in out.iter_mut().take(n).enumerate() {
         let at = hdr + i * SGE;
-        *o = Sge { addr: u64_at(e, at), length: u32_at(e, at + 8), lkey: u32_at(e, at + 12) };
+        o.write(Sge { addr: u64_at(e, at), length: u32_at(e, at + 8), lkey: u32_at(e, at + 12) });
     }
-    Some(())
+    // SAFETY: The loop initialized the first `n` entries (`n <= out.len()`);
+    // `MaybeUninit<Sge>` has the layout of `Sge`.
+    Some(unsafe { core::slice::from_raw_parts(out.as_ptr().cast::<Sge>(), n) })
 }
 
 /// The offsets `decode_send` and `pull_recvs` read are those of the ABI structs.
