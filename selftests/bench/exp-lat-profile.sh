@@ -19,6 +19,9 @@ report() { # NAME
   perf report -i /tmp/$1.data --children --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -90 > $OUTD/$1.children.txt
 }
 KO=${PROF_KO:-$HERE/../rdma_metaroce.ko} mrc_insmod rc_mtu=32768 ${PROF_ARGS:-}
+# perf leaves the module's addresses unresolved: keep its symbols, and each run's
+# samples of the two test processes, for selftests/bench/perf-fold.py on the host.
+grep '\[rdma_metaroce\]' /proc/kallsyms | sort > $OUTD/module-kallsyms.txt
 # One transport's devices at a time: rdma_cm (siw's -R) would pick whichever device
 # on the address comes first.
 links() { # add|del TYPE
@@ -43,6 +46,7 @@ for round in 0 1 2; do
       lat_pair siw$round siwA siwB "-R --bind_source_ip 198.18.0.2" "-R --bind_source_ip 198.18.0.1" -s 8 -n $N
     fi
     links del $t
-    [ -z "$pp" ] || { kill -INT $pp; wait $pp; report $t$round; }
+    [ -z "$pp" ] || { kill -INT $pp; wait $pp; report $t$round
+      perf script -i /tmp/$t$round.data --comms ib_send_lat -F comm,ip,sym 2>/dev/null | gzip > $OUTD/$t$round.script.gz; }
   done
 done
