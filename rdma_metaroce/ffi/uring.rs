@@ -373,11 +373,6 @@ impl UserQueues {
             eng.reject_posted(io, false, 0);
             return;
         }
-        // Checked first: every run and every received datagram pulls, and the
-        // buffers below are over a kilobyte to initialise.
-        if avail == 0 || eng.send_room() == 0 {
-            return;
-        }
         let mut buf = [const { MaybeUninit::<u8>::uninit() }; SEND_MAX];
         let mut sges = [const { MaybeUninit::<Sge>::uninit() }; MAX_SGE as usize];
         for _ in 0..avail.min(eng.send_room()) {
@@ -399,9 +394,6 @@ impl UserQueues {
         let avail = rq.load(PRODUCER).wrapping_sub(self.rq_read);
         if avail > rq.entries {
             eng.reject_posted(io, true, 0);
-            return;
-        }
-        if avail == 0 || eng.recv_room() == 0 {
             return;
         }
         let mut buf = [const { MaybeUninit::<u8>::uninit() }; RECV_MAX];
