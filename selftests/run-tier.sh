@@ -8,8 +8,12 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 rc=0
 for suite in "$@"; do
     name=$(echo "$suite" | tr '/' '_' | sed 's/\.sh$//')
-    echo "=== $suite"
+    echo "=== $suite ($(date -u +%H:%M:%S))"
+    # The kernel log shows where each suite began (a splat is then easy to place).
+    echo "metaroce-selftests: suite $suite" > /dev/kmsg 2>/dev/null || true
+    start=$SECONDS
     if ! bash "$HERE/$suite" > "$METAROCE_OUT/$name.tap" 2>&1; then rc=1; fi
     cat "$METAROCE_OUT/$name.tap"
+    echo "=== $suite took $((SECONDS - start)) s"
 done
 exit $rc

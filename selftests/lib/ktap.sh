@@ -1,11 +1,18 @@
 # Minimal KTAP/TAP producer for MetaRoCE selftests (sourced).
 # shellcheck shell=bash
-KTAP_N=0 KTAP_FAILED=0 KTAP_SKIPPED=0
+KTAP_N=0 KTAP_FAILED=0 KTAP_SKIPPED=0 KTAP_MARK=$SECONDS
 
 ktap_header() { echo "TAP version 13"; }
-ktap_pass() { KTAP_N=$((KTAP_N + 1)); echo "ok $KTAP_N $*"; }
-ktap_fail() { KTAP_N=$((KTAP_N + 1)); KTAP_FAILED=$((KTAP_FAILED + 1)); echo "not ok $KTAP_N $*"; }
-ktap_skip() { KTAP_N=$((KTAP_N + 1)); KTAP_SKIPPED=$((KTAP_SKIPPED + 1)); echo "ok $KTAP_N $* # SKIP"; }
+# A point that took 5 s or more since the previous one says so in a diagnostic line:
+# the VM tiers run under a time bound, and this is where their time goes.
+_ktap_took() {
+    local took=$((SECONDS - KTAP_MARK))
+    KTAP_MARK=$SECONDS
+    [ "$took" -lt 5 ] || echo "# point $KTAP_N took $took s"
+}
+ktap_pass() { KTAP_N=$((KTAP_N + 1)); echo "ok $KTAP_N $*"; _ktap_took; }
+ktap_fail() { KTAP_N=$((KTAP_N + 1)); KTAP_FAILED=$((KTAP_FAILED + 1)); echo "not ok $KTAP_N $*"; _ktap_took; }
+ktap_skip() { KTAP_N=$((KTAP_N + 1)); KTAP_SKIPPED=$((KTAP_SKIPPED + 1)); echo "ok $KTAP_N $* # SKIP"; _ktap_took; }
 ktap_diag() { echo "# $*"; }
 
 # check DESCRIPTION COMMAND... : one test point from a command's exit status.
