@@ -590,7 +590,7 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
         rounds += 1;
         let mut io = WorkIo { dev, qp: ib, notify: [false; 2], overflow: [false; 2] };
         let mut again = false;
-        let (t, next, precise) = {
+        let (t, next, precise, wants) = {
             let mut eng = qp.engine.lock();
             if origin == Origin::MappedDoorbell && rounds == 1 && !eng.accepts_sends() {
                 return false;
@@ -623,7 +623,11 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
             eng.publish_consumed();
             crate::net::account(&data.counters, eng.take_counters());
             eng.account_run(now().as_nanos().saturating_sub(t.as_nanos()));
-            (t, next, eng.precise_timers())
+            // Under the lock: whoever kicks or arms after this knows more than this
+            // run (see `mrc_qp_io_disarm`).
+            // SAFETY: `io_ctx` is alive (see above).
+            let wants = unsafe { raw::mrc_qp_io_wants(io_ctx) };
+            (t, next, eng.precise_timers(), wants)
         };
         io.fire();
         if srq.is_some_and(|s| s.take_limit_event()) {
@@ -641,7 +645,7 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
                 Some(when) => {
                     raw::mrc_qp_io_arm(io_ctx, (when.as_nanos() - t.as_nanos()).div_ceil(1000), precise)
                 }
-                None => raw::mrc_qp_io_disarm(io_ctx),
+                None => raw::mrc_qp_io_disarm(io_ctx, wants),
             }
         }
         return true;

@@ -303,6 +303,13 @@ struct mrc_qp_io {
 	int home;
 	/* Set by mrc_qp_io_free: nothing arms, kicks or runs any more. */
 	bool dying;
+	/*
+	 * Kicks and arms so far. Runs end (arm, kick or disarm) outside the QP's
+	 * lock, so a run that found nothing to wait for may disarm after a later
+	 * run has armed: mrc_qp_io_disarm compares with the snapshot its run took
+	 * under the lock and, if anyone asked for a run since, has the work run.
+	 */
+	atomic_t wants;
 };
 
 /*
@@ -355,13 +362,26 @@ void mrc_qp_io_kick(struct mrc_qp_io *io)
 {
 	if (READ_ONCE(io->dying))
 		return;
+	atomic_inc(&io->wants);
+	/* Pairs with the barrier in mrc_qp_io_disarm. */
+	smp_mb__after_atomic();
 	mod_delayed_work_on(mrc_qp_io_home(io), mrc_wq, &io->work, 0);
+}
+
+unsigned int mrc_qp_io_wants(struct mrc_qp_io *io)
+{
+	return atomic_read(&io->wants);
 }
 
 void mrc_qp_io_arm(struct mrc_qp_io *io, u64 usecs, bool precise)
 {
+	unsigned long delay;
+
 	if (READ_ONCE(io->dying))
 		return;
+	atomic_inc(&io->wants);
+	/* Pairs with the barrier in mrc_qp_io_disarm. */
+	smp_mb__after_atomic();
 	if (precise && usecs < jiffies_to_usecs(1)) {
 		/* The engine asks for its earliest deadline: re-arming moves the timer. */
 		hrtimer_start(&io->timer, ns_to_ktime(usecs * NSEC_PER_USEC),
@@ -370,12 +390,40 @@ void mrc_qp_io_arm(struct mrc_qp_io *io, u64 usecs, bool precise)
 	}
 	/* An earlier short deadline has been met: spare the run it would cost. */
 	hrtimer_try_to_cancel(&io->timer);
-	queue_delayed_work_on(mrc_qp_io_home(io), mrc_wq, &io->work, usecs_to_jiffies(usecs));
+	delay = usecs_to_jiffies(usecs);
+	if (queue_delayed_work_on(mrc_qp_io_home(io), mrc_wq, &io->work, delay))
+		return;
+	/*
+	 * Already pending. A work that waits for a later deadline (a path RTO of
+	 * 10 ms left behind by a tail probe, say) must be pulled forward, or the
+	 * earlier deadline (the next message's tail probe) waits for it; a work
+	 * whose timer has already gone off is queued to run and stays as it is.
+	 */
+	if (timer_pending(&io->work.timer) &&
+	    time_before(jiffies + delay, READ_ONCE(io->work.timer.expires)))
+		mod_delayed_work_on(mrc_qp_io_home(io), mrc_wq, &io->work, delay);
 }
 
-void mrc_qp_io_disarm(struct mrc_qp_io *io)
+void mrc_qp_io_disarm(struct mrc_qp_io *io, unsigned int wants_seen)
 {
-	hrtimer_try_to_cancel(&io->timer);
+	bool cancelled;
+
+	/*
+	 * A work still pending for an old deadline (arming pulls a pending work
+	 * forward, never back) would wake a worker for nothing: in a request/
+	 * response exchange about once per message, preempting the process on the
+	 * QP's CPU. Cancel it and the timer; but if a kick or an arm came since
+	 * the run's snapshot, what was cancelled may be theirs (a post or a state
+	 * change the run did not see, a later run's deadline): run the QP again.
+	 */
+	cancelled = hrtimer_try_to_cancel(&io->timer) == 1;
+	cancelled |= cancel_delayed_work(&io->work);
+	if (cancelled) {
+		/* Pairs with the barriers in mrc_qp_io_kick and mrc_qp_io_arm. */
+		smp_mb();
+		if (atomic_read(&io->wants) != wants_seen && !READ_ONCE(io->dying))
+			mod_delayed_work_on(mrc_qp_io_home(io), mrc_wq, &io->work, 0);
+	}
 }
 
 void mrc_qp_io_rx_push(struct mrc_qp_io *io, struct sk_buff *skb)

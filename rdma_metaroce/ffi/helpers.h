@@ -115,10 +115,15 @@ struct mrc_qp_io *mrc_qp_io_new(void *owner, void (*run)(void *owner));
 /* Runs the work as soon as possible (pulls a pending timer forward). */
 void mrc_qp_io_kick(struct mrc_qp_io *io);
 /* Runs the QP after `usecs`: when `precise` and under a jiffy from the hrtimer
- * (re-armed), else from the work (at jiffy resolution) unless it is already pending. */
+ * (re-armed), else from the work (at jiffy resolution; a work pending for a later
+ * time is pulled forward, one pending for an earlier time stays). */
 void mrc_qp_io_arm(struct mrc_qp_io *io, u64 usecs, bool precise);
-/* Cancels a pending short (hrtimer) deadline: the engine has none left. */
-void mrc_qp_io_disarm(struct mrc_qp_io *io);
+/* How many kicks and arms there have been (a run's snapshot for mrc_qp_io_disarm,
+ * taken under the QP's lock). */
+unsigned int mrc_qp_io_wants(struct mrc_qp_io *io);
+/* The engine has no deadline left: cancels the timer and the pending work, and
+ * runs the QP again if a kick or an arm came after the snapshot `wants_seen`. */
+void mrc_qp_io_disarm(struct mrc_qp_io *io, unsigned int wants_seen);
 /* Queues a received skb (from softirq; this CPU becomes the work's home). Takes ownership. */
 void mrc_qp_io_rx_push(struct mrc_qp_io *io, struct sk_buff *skb);
 /* The oldest queued skb, or NULL. */
