@@ -885,3 +885,80 @@ pub fn echo_path_return(fwd_delay: [u64; 4], ce_link: Option<usize>, seed: u64) 
     }
     r
 }
+
+/// What a request/response exchange under loss measured: the round trips as the
+/// requester saw them (ns, sorted) and both ends' statistics.
+#[derive(Debug, Clone, Default)]
+pub struct RequestResponseResult {
+    pub round_trips: Vec<u64>,
+    pub requester: Option<metaroce_proto::Stats>,
+    pub responder: Option<metaroce_proto::Stats>,
+}
+
+impl RequestResponseResult {
+    /// The round trip at quantile `q` (0..1), ns.
+    pub fn quantile(&self, q: f64) -> u64 {
+        let n = self.round_trips.len();
+        self.round_trips[(((n as f64) * q) as usize).min(n - 1)]
+    }
+}
+
+/// `ib_send_lat` on the simulator: 8-byte SENDs one at a time, each answered by
+/// one from the other side, over four paths whose fabric links lose `loss_ppm`;
+/// timers as the kernel module sets them (500 us ACK delay, 10 ms path-RTO floor).
+pub fn request_response(loss_ppm: u64, rounds: usize, seed: u64) -> RequestResponseResult {
+    use metaroce_proto::Duration;
+    let mut n = Net::new(2, 4, LinkCfg::dc(5_000), LinkCfg::dc(20_000), seed);
+    let (a, b) = n.connect(0, 1, 10, 20, |c| {
+        c.ack_delay = Duration::from_micros(500);
+        c.initial_rtt = Duration::from_micros(500);
+        c.min_path_rto = Duration::from_millis(10);
+        c.min_rto = Duration::from_millis(50);
+        c.max_rto = Duration::from_millis(500);
+    });
+    n.impair_fabric(|l| l.loss_ppm = loss_ppm);
+    let mut next_recv = [0u64; 2];
+    let mut post_recv = |n: &mut Net, k: usize, ep: usize| {
+        let wr_id = 1_000_000 + next_recv[k];
+        n.eps[ep].mem.m.set_recv(wr_id, 64);
+        n.eps[ep].conn.post_recv(RecvWr { wr_id, len: 64 }).unwrap();
+        next_recv[k] += 1;
+    };
+    for (k, ep) in [a, b].into_iter().enumerate() {
+        for i in 0..32u64 {
+            n.eps[ep].mem.m.set_local(i, vec![i as u8; 8]);
+        }
+        for _ in 0..16 {
+            post_recv(&mut n, k, ep);
+        }
+    }
+    let mut res = RequestResponseResult::default();
+    let (mut sent, mut start) = (0u64, n.now);
+    n.eps[a].conn.post_send(SendWr::send(0, 8)).unwrap();
+    let limit = 1_000_000_000_000;
+    while res.round_trips.len() < rounds && n.step(limit) {
+        for (k, ep) in [a, b].into_iter().enumerate() {
+            let done: Vec<_> = n.eps[ep].completions.drain(..).collect();
+            for (_, c) in done {
+                assert_eq!(c.status, WcStatus::Success, "{c:?}");
+                if c.opcode != WcOpcode::Recv {
+                    continue;
+                }
+                post_recv(&mut n, k, ep);
+                if ep == a {
+                    res.round_trips.push(n.now - start);
+                    start = n.now;
+                }
+                sent += 1;
+                n.eps[ep]
+                    .conn
+                    .post_send(SendWr::send(sent % 32, 8))
+                    .unwrap();
+            }
+        }
+    }
+    res.round_trips.sort_unstable();
+    res.requester = Some(*n.eps[a].conn.stats());
+    res.responder = Some(*n.eps[b].conn.stats());
+    res
+}
