@@ -111,7 +111,7 @@ reply_wait_case
 # concurrent run had just armed stalled in four runs of four on this link (it passed
 # once on 1500-byte veths).
 lossy_request_response_case() {
-    local n=10000 tp0 pt0 tp pt
+    local n=${VB_LOSSY_RR_ITERS:-10000} tp0 pt0 tp pt rtt
     # The bench's latency link: 64 KiB veths, rc_mtu=32768.
     check "load rdma_metaroce rc_mtu=32768 for request/response under loss" mrc_insmod rc_mtu=32768
     mk_hosts
@@ -124,9 +124,19 @@ lossy_request_response_case() {
     tp0=$(vb_counter "$VB_DEV_A" tail_probes) pt0=$(vb_counter "$VB_DEV_A" path_timeouts)
     VB_ITERS=$n vb_perftest " under netem loss 1%" ib_send_lat -s 8
     tp=$(( $(vb_counter "$VB_DEV_A" tail_probes) - tp0 )) pt=$(( $(vb_counter "$VB_DEV_A" path_timeouts) - pt0 ))
-    ktap_diag "$VB_DEV_A: $tp tail probes, $pt path timeouts in $n round trips"
-    check "$VB_DEV_A's tail probes recovered its losses, fewer than one in ten waited for a path timeout" \
-        test "$tp" -gt 0 -a $((pt * 10)) -lt "$tp"
+    # shellcheck disable=SC2086
+    rtt=$(set -- ${VB_SUMMARY:-}; awk -v t="${6:-0}" 'BEGIN { printf "%d", 2 * t }')
+    ktap_diag "$VB_DEV_A: $tp tail probes, $pt path timeouts in $n round trips; round trip ${rtt} us"
+    # A tail probe waits 2 srtt + 0.5 ms, a path timeout at least 10 ms (and 2 srtt
+    # + 0.5 ms): with round trips of several milliseconds (the debug kernel: 3.7 ms
+    # on a fast host, 11 path timeouts to 184 probes) the two come close, and the
+    # count is not asserted.
+    if [ "$rtt" -gt 0 ] && [ "$rtt" -lt 3000 ]; then
+        check "$VB_DEV_A's tail probes recovered its losses, fewer than one in ten waited for a path timeout" \
+            test "$tp" -gt 0 -a $((pt * 10)) -lt "$tp"
+    else
+        ktap_skip "$VB_DEV_A's tail probes recovered its losses: round trip ${rtt} us, not under 3000 us"
+    fi
     vb_links_del; rm_hosts
     check "rmmod rdma_metaroce (request/response under loss)" rmmod rdma_metaroce
 }
