@@ -23,8 +23,8 @@ use super::verbs::{
 };
 use super::wire::{
     rnr_timer_ns, AckRepr, AtomicRepr, BaseRepr, Body, Flags, Opcode, PacketRepr, Payload,
-    RequestRepr, ResponseRepr, Syndrome, ACK_EXT_LEN, ACK_FLAG_DUP, ACK_FLAG_ECE, ACK_FLAG_PROBE, MAX_MTU,
-    MIN_MTU,
+    RequestRepr, ResponseRepr, Syndrome, ACK_EXT_LEN, ACK_FLAG_DUP, ACK_FLAG_ECE, ACK_FLAG_PROBE,
+    MAX_MTU, MIN_MTU,
 };
 
 /// Most paths one connection sprays over (MR-6.1.3).

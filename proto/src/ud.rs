@@ -56,7 +56,9 @@ pub fn accept_datagram<'a>(
         return Err(UdDrop::NotDatagram);
     };
     // Parsed from one buffer, so the payload is one slice.
-    let payload = payload.as_slice().ok_or(UdDrop::Wire(WireError::Truncated))?;
+    let payload = payload
+        .as_slice()
+        .ok_or(UdDrop::Wire(WireError::Truncated))?;
     if p.base.dest_qpn != qpn & 0x00ff_ffff {
         return Err(UdDrop::WrongQpn);
     }

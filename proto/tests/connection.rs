@@ -129,7 +129,11 @@ impl Pair {
         t.ma.set_local(1, data.to_vec());
         t.ma.set_local(2, data[..3333].to_vec());
         t.mb.set_recv(60, 4000);
-        t.b.post_recv(RecvWr { wr_id: 60, len: 4000 }).unwrap();
+        t.b.post_recv(RecvWr {
+            wr_id: 60,
+            len: 4000,
+        })
+        .unwrap();
         t.a.post_send(SendWr::write(1, 5000, 0x1000, 0x77)).unwrap();
         t.a.post_send(SendWr::send(2, 3333)).unwrap();
         t.a.post_send(SendWr::read(3, 4500, 0x1100, 0x77)).unwrap();
@@ -198,7 +202,14 @@ fn datagrams_received_in_pieces_place_the_same_bytes() {
         t.run(40);
         let (ca, cb) = (t.comps_a(), t.comps_b());
         let read_back = t.ma.local[&3].clone();
-        (t.mb.region(0x77)[..6000].to_vec(), t.mb.recv[&60].clone(), read_back, ca, cb, data)
+        (
+            t.mb.region(0x77)[..6000].to_vec(),
+            t.mb.recv[&60].clone(),
+            read_back,
+            ca,
+            cb,
+            data,
+        )
     };
     let whole = run(false);
     let pieces = run(true);
@@ -206,7 +217,10 @@ fn datagrams_received_in_pieces_place_the_same_bytes() {
     // (`assert!` on the buffers: a mismatch would print thousands of bytes.)
     assert!(region[..5000] == data[..], "WRITE placed");
     assert!(recv[..3333] == data[..3333], "SEND placed");
-    assert!(read.get(..4500) == data.get(0x100..0x100 + 4500), "READ response placed");
+    assert!(
+        read.get(..4500) == data.get(0x100..0x100 + 4500),
+        "READ response placed"
+    );
     assert_eq!(ca.len(), 3, "{ca:?}");
     assert!(ca.iter().all(|c| c.status == WcStatus::Success), "{ca:?}");
     assert_eq!(cb.len(), 1, "{cb:?}");
@@ -1263,7 +1277,9 @@ fn out_by_reference(c: &mut Connection, now: u64, m: &mut ByReference) -> Vec<(u
     let mut v = vec![];
     loop {
         m.base = buf.as_ptr() as usize;
-        let Some(t) = c.poll_transmit(Instant(now), &mut buf, m) else { break };
+        let Some(t) = c.poll_transmit(Instant(now), &mut buf, m) else {
+            break;
+        };
         let mut pkt = buf[..t.len].to_vec();
         if let Some((at, real)) = m.noted.take() {
             assert_eq!(at + real.len(), t.len, "the payload ends the packet");
@@ -1284,8 +1300,16 @@ fn a_payload_filled_in_after_the_packet_is_built_moves_the_same_bytes() {
     let mut copied = Pair::write_send_read(&data);
     copied.run(40);
     let mut t = Pair::write_send_read(&data);
-    let mut ma = ByReference { inner: std::mem::take(&mut t.ma), base: 0, noted: None };
-    let mut mb = ByReference { inner: std::mem::take(&mut t.mb), base: 0, noted: None };
+    let mut ma = ByReference {
+        inner: std::mem::take(&mut t.ma),
+        base: 0,
+        noted: None,
+    };
+    let mut mb = ByReference {
+        inner: std::mem::take(&mut t.mb),
+        base: 0,
+        noted: None,
+    };
     for _ in 0..40 {
         for p in out_by_reference(&mut t.a, t.now, &mut ma) {
             t.b.handle_datagram(Instant(t.now), p.0, false, &p.1, &mut mb);
@@ -1301,6 +1325,9 @@ fn a_payload_filled_in_after_the_packet_is_built_moves_the_same_bytes() {
     assert_eq!((ca, cb), (copied.comps_a(), copied.comps_b()));
     assert!(mb.inner.region(0x77)[..5000] == data[..], "WRITE placed");
     assert!(mb.inner.recv[&60][..3333] == data[..3333], "SEND placed");
-    assert!(ma.inner.local[&3][..4500] == data[0x100..0x100 + 4500], "READ response placed");
+    assert!(
+        ma.inner.local[&3][..4500] == data[0x100..0x100 + 4500],
+        "READ response placed"
+    );
     assert!(mb.inner.region(0x77) == copied.mb.region(0x77));
 }

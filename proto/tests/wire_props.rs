@@ -163,7 +163,10 @@ fn roundtrip_random_packets() {
         }
         match PacketRepr::parse_scattered(first, &pieces) {
             Ok(q) => {
-                assert!(cut >= p.header_len(), "headers split at {cut} parsed: {q:?}");
+                assert!(
+                    cut >= p.header_len(),
+                    "headers split at {cut} parsed: {q:?}"
+                );
                 assert_eq!(q, p);
             }
             Err(e) => {

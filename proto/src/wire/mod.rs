@@ -38,10 +38,10 @@ pub use self::ext::{
     EXT_TYPE_PAD,
 };
 pub use self::packet::{Body, PacketRepr, ACK_EXT_LEN};
-pub use self::payload::{Payload, HEADERS_MAX};
 pub use self::params::{
     ConnParams, ParamsBlock, MAX_MTU, MIN_MTU, PARAMS_FLAG_CREDIT, PARAMS_MAGIC,
 };
+pub use self::payload::{Payload, HEADERS_MAX};
 pub use self::request::{
     AtomicHeader, AtomicRepr, RequestHeader, RequestRepr, ResponseHeader, ResponseRepr, UdHeader,
     UdRepr,

@@ -4,8 +4,7 @@
 
 use super::ext::{emit_ext_header, ExtIter, EXT_HEADER_LEN, EXT_TYPE_ACK, EXT_TYPE_PAD};
 use super::{
-    Payload,
-    AckHeader, AckRepr, AtomicHeader, AtomicRepr, BaseHeader, BaseRepr, Flags, Opcode,
+    AckHeader, AckRepr, AtomicHeader, AtomicRepr, BaseHeader, BaseRepr, Flags, Opcode, Payload,
     RequestHeader, RequestRepr, ResponseHeader, ResponseRepr, Syndrome, UdHeader, UdRepr,
     WireError, ACK_FLAG_PROBE,
 };
@@ -182,8 +181,7 @@ impl<'a> PacketRepr<'a> {
                 _ => {
                     // UdSend / UdSendImm
                     let ud = UdRepr::parse(&UdHeader::new_checked(rest)?)?;
-                    let payload =
-                        Payload::scattered(skip_ext(split(rest, UdRepr::LEN)?.1)?, more);
+                    let payload = Payload::scattered(skip_ext(split(rest, UdRepr::LEN)?.1)?, more);
                     Body::Datagram { ud, payload }
                 }
             }
