@@ -182,6 +182,13 @@ vb_perftest() { # DESC-SUFFIX TOOL [ARGS...]  (-q N in ARGS multiplies the itera
     VB_CLI=("$tool" -d "$VB_DEV_A" -x "$VB_GID_A" -p "$port" -n "$VB_ITERS" -F "$@" "$VB_ADDR_B")
     _vb_pair "$tool -n $VB_ITERS${*:+ $*}$sfx" _vb_perf_ok vb_tcp_listening hostB "$port"
 }
+# The round trip of the last `vb_perftest ... ib_send_lat` in whole microseconds:
+# twice its typical one-way latency (t_typical, the 6th field of VB_SUMMARY); 0 when
+# that run produced no result row.
+vb_round_trip_us() {
+    # shellcheck disable=SC2086
+    (set -- ${VB_SUMMARY:-}; awk -v t="${6:-0}" 'BEGIN { printf "%d", 2 * t }')
+}
 
 # rping -V validates each round trip (server RDMA-reads the client's buffer, writes it
 # back); -v prints it, and every printed line must be exactly the pattern rping wrote:

@@ -86,9 +86,7 @@ reply_wait_case() {
     vb_perftest " with reply_wait_us=$wait_us" ib_send_lat -s 8
     acks=$(( $(vb_counter "$VB_DEV_A" acks_sent) - acks0 ))
     carried=$(( $(vb_counter "$VB_DEV_A" acks_piggybacked) - carried0 ))
-    # The round trip: twice the typical one-way latency (6th field of the summary).
-    # shellcheck disable=SC2086
-    rtt=$(set -- ${VB_SUMMARY:-}; awk -v t="${6:-0}" 'BEGIN { printf "%d", 2 * t }')
+    rtt=$(vb_round_trip_us)
     ktap_diag "$VB_DEV_A: $acks ACK packets, $carried ACKs carried by its answers; round trip ${rtt} us"
     if [ "$rtt" -gt 0 ] && [ "$rtt" -lt $((8 * wait_us)) ]; then
         check "most of $VB_DEV_A's ACKs rode on its answers" test "$carried" -gt "$acks"
@@ -124,8 +122,7 @@ lossy_request_response_case() {
     tp0=$(vb_counter "$VB_DEV_A" tail_probes) pt0=$(vb_counter "$VB_DEV_A" path_timeouts)
     VB_ITERS=$n vb_perftest " under netem loss 1%" ib_send_lat -s 8
     tp=$(( $(vb_counter "$VB_DEV_A" tail_probes) - tp0 )) pt=$(( $(vb_counter "$VB_DEV_A" path_timeouts) - pt0 ))
-    # shellcheck disable=SC2086
-    rtt=$(set -- ${VB_SUMMARY:-}; awk -v t="${6:-0}" 'BEGIN { printf "%d", 2 * t }')
+    rtt=$(vb_round_trip_us)
     ktap_diag "$VB_DEV_A: $tp tail probes, $pt path timeouts in $n round trips; round trip ${rtt} us"
     # A tail probe waits 2 srtt + 0.5 ms, a path timeout at least 10 ms (and 2 srtt
     # + 0.5 ms): with round trips of several milliseconds (the debug kernel: 3.7 ms
