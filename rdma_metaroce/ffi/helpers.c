@@ -394,10 +394,11 @@ void mrc_qp_io_arm(struct mrc_qp_io *io, u64 usecs, bool precise)
 	if (queue_delayed_work_on(mrc_qp_io_home(io), mrc_wq, &io->work, delay))
 		return;
 	/*
-	 * Already pending. A work that waits for a later deadline (a path RTO of
-	 * 10 ms left behind by a tail probe, say) must be pulled forward, or the
-	 * earlier deadline (the next message's tail probe) waits for it; a work
-	 * whose timer has already gone off is queued to run and stays as it is.
+	 * Already pending. A work that waits for a later deadline (a path RTO,
+	 * MR-5.5.2, of 10 ms left behind by a tail probe, say) must be pulled
+	 * forward, or the earlier deadline (the next message's tail probe,
+	 * MR-5.3.4) waits for it; a work whose timer has already gone off is
+	 * queued to run and stays as it is.
 	 */
 	if (timer_pending(&io->work.timer) &&
 	    time_before(jiffies + delay, READ_ONCE(io->work.timer.expires)))
