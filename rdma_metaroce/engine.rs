@@ -115,10 +115,29 @@ pub(crate) trait Io {
     fn transmit_buf(&mut self, dgid: &[u8; 16], src_port: u16, ecn: Ecn, buf: Self::TxBuf, len: usize) -> bool;
     /// Sends a copy of `pkt`, as [`Io::transmit_buf`].
     fn transmit(&mut self, dgid: &[u8; 16], src_port: u16, ecn: Ecn, pkt: &[u8]) -> bool {
-        let Some(mut buf) = self.tx_buf(pkt.len()) else { return false };
-        let Some(room) = buf.get_mut(..pkt.len()) else { return false };
-        room.copy_from_slice(pkt);
+        let Some(buf) = self.tx_copy(pkt) else { return false };
         self.transmit_buf(dgid, src_port, ecn, buf, pkt.len())
+    }
+    /// A transmit buffer holding a copy of `pkt`.
+    fn tx_copy(&mut self, pkt: &[u8]) -> Option<Self::TxBuf> {
+        let mut buf = self.tx_buf(pkt.len())?;
+        buf.get_mut(..pkt.len())?.copy_from_slice(pkt);
+        Some(buf)
+    }
+    /// Sends an ACK packet, as [`Io::transmit_buf`]; since its order against the
+    /// QP's other packets does not matter (spec MR-10.3.4), it may leave once the
+    /// engine lock is released, and the QP's next packet need not wait for it.
+    fn transmit_ack(&mut self, dgid: &[u8; 16], src_port: u16, ecn: Ecn, buf: Self::TxBuf, len: usize) -> bool {
+        self.transmit_buf(dgid, src_port, ecn, buf, len)
+    }
+    /// Sends `t`, written in `buf`, through [`Io::transmit_ack`] or
+    /// [`Io::transmit_buf`] as it is an ACK or not.
+    fn transmit_as(&mut self, dgid: &[u8; 16], t: &proto::Transmit, buf: Self::TxBuf) -> bool {
+        if t.ack {
+            self.transmit_ack(dgid, t.src_port, t.ecn, buf, t.len)
+        } else {
+            self.transmit_buf(dgid, t.src_port, t.ecn, buf, t.len)
+        }
     }
     /// True if payloads may leave as references to the pages of the memory they
     /// come from ([`TxFrags`], zero-copy transmit; the `zero_copy_tx` parameter).
@@ -979,7 +998,7 @@ impl Engine {
                 let direct = if *tx_large && !(by_ref && *tx_by_ref) { io.tx_buf(want) } else { None };
                 let ok = match direct {
                     Some(mut buf) => match conn.poll_transmit(now, &mut buf, &mut mem) {
-                        Some(t) => (io.transmit_buf(remote_gid, t.src_port, t.ecn, buf, t.len), t.len),
+                        Some(t) => (io.transmit_as(remote_gid, &t, buf), t.len),
                         None => break,
                     },
                     // A small packet expected, or no memory for a large skb: the packet
@@ -1006,7 +1025,7 @@ impl Engine {
                             }
                             None => {
                                 let pkt = tx.get(..t.len).unwrap_or(&[]);
-                                !pkt.is_empty() && io.transmit(remote_gid, t.src_port, t.ecn, pkt)
+                                !pkt.is_empty() && io.tx_copy(pkt).is_some_and(|buf| io.transmit_as(remote_gid, &t, buf))
                             }
                         };
                         (ok, t.len)

@@ -2854,6 +2854,7 @@ impl Connection {
             path: q as u8,
             src_port: self.path_port(q),
             ecn: Ecn::Ect0,
+            ack: false,
         })
     }
 
@@ -2911,6 +2912,7 @@ impl Connection {
             path: q as u8,
             src_port: self.path_port(q),
             ecn: Ecn::Ect0,
+            ack: false,
         })
     }
 
@@ -3019,6 +3021,7 @@ impl Connection {
             path: q as u8,
             src_port: port,
             ecn: Ecn::Ect0,
+            ack: true,
         })
     }
 }

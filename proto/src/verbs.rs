@@ -371,6 +371,10 @@ pub struct Transmit {
     pub src_port: u16,
     /// ECN codepoint for the IP header.
     pub ecn: Ecn,
+    /// An ACK or NAK: it carries no PSN (MR-3.2.7), so its order against the
+    /// connection's other packets does not matter and it may leave after them
+    /// (MR-10.3.4).
+    pub ack: bool,
 }
 
 /// The wait a verbs `min_rnr_timer` code asks for, in nanoseconds: the IBTA

@@ -1331,3 +1331,42 @@ fn a_payload_filled_in_after_the_packet_is_built_moves_the_same_bytes() {
     );
     assert!(mb.inner.region(0x77) == copied.mb.region(0x77));
 }
+
+/// Spec: MR-10.3.4 — `Transmit::ack` marks exactly the ACK packets: the data,
+/// READ responses and ACKs of a WRITE, SEND and READ exchange each say what
+/// they are, so a driver may send ACKs outside the order of the rest.
+#[test]
+fn transmits_say_which_packets_are_acks() {
+    let data: Vec<u8> = (0..5000u32).map(|i| (i % 249) as u8 + 1).collect();
+    let mut t = Pair::write_send_read(&data);
+    let (mut acks, mut others) = (0, 0);
+    for _ in 0..20 {
+        for from_a in [true, false] {
+            loop {
+                let (conn, mem) = if from_a {
+                    (&mut t.a, &mut t.ma)
+                } else {
+                    (&mut t.b, &mut t.mb)
+                };
+                let Some(tx) = conn.poll_transmit(Instant(t.now), &mut t.buf, mem) else {
+                    break;
+                };
+                let p = (tx.src_port, t.buf[..tx.len].to_vec());
+                assert_eq!(tx.ack, is_ack(&p), "opcode {:#x}", p.1[1]);
+                if tx.ack {
+                    acks += 1;
+                } else {
+                    others += 1;
+                }
+                if from_a {
+                    t.deliver_b(&p);
+                } else {
+                    t.deliver_a(&p);
+                }
+            }
+        }
+        t.tick(10_000);
+    }
+    assert!(acks > 0 && others > 0, "{acks} ACKs, {others} others");
+    assert_eq!(t.comps_a().len(), 3);
+}

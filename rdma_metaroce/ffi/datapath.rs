@@ -333,9 +333,40 @@ struct WorkIo<'a> {
     notify: [bool; 2],
     /// CQs that overflowed.
     overflow: [bool; 2],
+    /// ACKs built under the engine lock, sent once it is released
+    /// ([`WorkIo::send_acks`]); an skb left here is freed with it.
+    acks: [Option<HeldAck>; HELD_ACKS],
 }
 
-impl WorkIo<'_> {
+/// ACKs one round of a run holds until the engine lock is released: one per path
+/// (a round sends at most one ACK per path and a NAK); more go out at once.
+const HELD_ACKS: usize = 8;
+
+/// An ACK packet waiting for the engine lock's release (spec MR-10.3.4).
+struct HeldAck {
+    skb: TxSkb,
+    len: usize,
+    dgid: [u8; 16],
+    src_port: u16,
+    ecn: Ecn,
+}
+
+impl<'a> WorkIo<'a> {
+    fn new(dev: &'a IbDev, qp: *mut raw::ib_qp) -> Self {
+        WorkIo { dev, qp, notify: [false; 2], overflow: [false; 2], acks: [const { None }; HELD_ACKS] }
+    }
+
+    /// Spec: MR-10.3.4 — sends the ACKs the round held, outside the engine lock: in a
+    /// request/response exchange the receive that sends an ACK then no longer holds
+    /// the lock the answer's doorbell (on the other CPU) waits for. A failed send is
+    /// a lost ACK, which the protocol recovers from.
+    fn send_acks(&mut self) {
+        for slot in 0..HELD_ACKS {
+            let Some(a) = self.acks[slot].take() else { break };
+            // SAFETY: We own the skb; it holds `len <= cap` written bytes.
+            unsafe { self.send_skb(&a.dgid, a.src_port, a.ecn, a.skb.into_raw(), a.len) };
+        }
+    }
     fn cq(&self, recv: bool) -> *mut raw::ib_cq {
         // SAFETY: The QP is alive during the work; ib_core set its CQs before
         // `create_qp`, and a CQ outlives the QPs that use it.
@@ -494,6 +525,19 @@ impl Io for WorkIo<'_> {
         unsafe { self.send_skb(dgid, src_port, ecn, buf.into_raw(), len) }
     }
 
+    fn transmit_ack(&mut self, dgid: &[u8; 16], src_port: u16, ecn: Ecn, buf: TxSkb, len: usize) -> bool {
+        if len > buf.cap {
+            return false;
+        }
+        match self.acks.iter_mut().find(|a| a.is_none()) {
+            Some(free) => {
+                *free = Some(HeldAck { skb: buf, len, dgid: *dgid, src_port, ecn });
+                true
+            }
+            None => self.transmit_buf(dgid, src_port, ecn, buf, len),
+        }
+    }
+
     fn sends_pages(&self) -> bool {
         *crate::module_parameters::zero_copy_tx.value() != 0
     }
@@ -588,7 +632,7 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
     let mut rounds = 0;
     loop {
         rounds += 1;
-        let mut io = WorkIo { dev, qp: ib, notify: [false; 2], overflow: [false; 2] };
+        let mut io = WorkIo::new(dev, ib);
         let mut again = false;
         let (t, next, precise, wants) = {
             let mut eng = qp.engine.lock();
@@ -629,6 +673,7 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
             let wants = unsafe { raw::mrc_qp_io_wants(io_ctx) };
             (t, next, eng.precise_timers(), wants)
         };
+        io.send_acks();
         io.fire();
         if srq.is_some_and(|s| s.take_limit_event()) {
             // SAFETY: A live SRQ (see above).
