@@ -356,10 +356,11 @@ impl<'a> WorkIo<'a> {
         WorkIo { dev, qp, notify: [false; 2], overflow: [false; 2], acks: [const { None }; HELD_ACKS] }
     }
 
-    /// Spec: MR-10.3.4 — sends the ACKs the round held, outside the engine lock: in a
-    /// request/response exchange the receive that sends an ACK then no longer holds
-    /// the lock the answer's doorbell (on the other CPU) waits for. A failed send is
-    /// a lost ACK, which the protocol recovers from.
+    /// Spec: MR-10.3.4 — sends the ACKs the round held: outside the engine lock when
+    /// they are the last packets the round built (in a request/response exchange the
+    /// receive that sends an ACK then no longer holds the lock the answer's doorbell,
+    /// on the other CPU, waits for), else before the next packet (MR-5.4.3). A failed
+    /// send is a lost ACK, which the protocol recovers from.
     fn send_acks(&mut self) {
         for slot in 0..HELD_ACKS {
             let Some(a) = self.acks[slot].take() else { break };
@@ -521,6 +522,8 @@ impl Io for WorkIo<'_> {
         if len > buf.cap {
             return false;
         }
+        // Spec: MR-5.4.3 — ACKs built before this packet leave before it.
+        self.send_acks();
         // SAFETY: We own the skb; it holds `len <= cap` written bytes in its tailroom.
         unsafe { self.send_skb(dgid, src_port, ecn, buf.into_raw(), len) }
     }
@@ -544,6 +547,8 @@ impl Io for WorkIo<'_> {
 
     fn transmit_pages(&mut self, dgid: &[u8; 16], src_port: u16, ecn: Ecn, header: &[u8], frags: &mut TxFrags) -> bool {
         let Some(skb) = frags.into_skb(header) else { return false };
+        // Spec: MR-5.4.3 — ACKs built before this packet leave before it.
+        self.send_acks();
         // SAFETY: We own the complete skb (headers and fragments already added).
         unsafe { self.send_skb(dgid, src_port, ecn, skb.as_ptr(), 0) }
     }
