@@ -1869,6 +1869,19 @@ def serve(L, R, duration, npkts, drop=None, answer_probes=False, log=None, msn=0
     return False
 
 
+def watch_probes(L, log, path, old_port, timeout):
+    """Receives into `log`, answering nothing, until a PROBE on `path` has left
+    from another port than `old_port`, or `timeout` (times the wait scale) passes."""
+    end = time.monotonic() + timeout * L.T.wait_scale
+    while not any(r.op == PROBE and r.p.path == path and r.sport != old_port for r in log):
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        r = L.recv(min(0.05, left))
+        if r is not None:
+            log.append(r)
+
+
 @case("MR-5.3.5 MR-6.3.2 MR-6.1.1 MR-6.4.1 MR-6.4.3 MR-6.4.4 MR-3.2.7 MR-6.3.1",
       "black-holed path: abandoned within the path RTO, probed with backoff on new ports")
 def t_blackhole(T):
@@ -1890,6 +1903,11 @@ def t_blackhole(T):
               (R.cum - L.dtsn0) & 0xFFFFFFFF, n)
         c = T.dut.wait_cq(L.dqpn, 1, 1000)
         check(c and c[0]["status"] == WC_SUCCESS, "completion %s", c)
+        # A fast DUT finishes the transfer before the failed path's first probe
+        # on a new port is due (about 4 path RTOs after the black hole took its
+        # first packet): keep watching, probes unanswered, until one leaves on a
+        # new port or a second passes.
+        watch_probes(L, log, path=2, old_port=bh_port, timeout=1.0)
         bh = [r for r in log if r.sport == bh_port and first_tx(r) and r.p.path == 2]
         check(bh, "nothing was sent on path 2")
         # The black-holed packets are moved to other paths by the path timeout,
