@@ -238,6 +238,8 @@ pub(crate) struct EngineCounters {
     pub(crate) out_of_order: u64,
     pub(crate) acks_sent: u64,
     pub(crate) acks_piggybacked: u64,
+    pub(crate) repaths: u64,
+    pub(crate) congestion_repaths: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -533,6 +535,8 @@ impl Engine {
             c.out_of_order = s.rx_out_of_order.wrapping_sub(l.rx_out_of_order);
             c.acks_sent = s.tx_acks.wrapping_sub(l.tx_acks);
             c.acks_piggybacked = s.tx_piggybacked.wrapping_sub(l.tx_piggybacked);
+            c.repaths = s.repaths.wrapping_sub(l.repaths);
+            c.congestion_repaths = s.congestion_repaths.wrapping_sub(l.congestion_repaths);
             self.last_stats = s;
         }
         c

@@ -67,6 +67,11 @@ pub(crate) enum Counter {
     AcksSent,
     /// Acknowledgements carried by data packets instead (spec MR-5.4.6).
     AcksPiggybacked,
+    /// Paths given a new UDP source port, for any reason: failed (MR-6.3.2),
+    /// unanswered probes (MR-6.4.3) or hot (MR-6.3.4).
+    Repaths,
+    /// Of those, paths moved off a congested or shared route (MR-6.3.4).
+    CongestionRepaths,
     /// Send doorbells: a process posted sends into a QP's mapped ring.
     Doorbells,
     /// Work requests a process posted through uverbs commands (SRQs, or a
@@ -77,7 +82,7 @@ pub(crate) enum Counter {
 }
 
 /// Counter names as shown by `rdma statistic show link DEV/1`.
-pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 27] = [
+pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 29] = [
     c"rx_packets",
     c"rx_bytes",
     c"rx_malformed",
@@ -102,6 +107,8 @@ pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 27] = [
     c"out_of_order",
     c"acks_sent",
     c"acks_piggybacked",
+    c"repaths",
+    c"congestion_repaths",
     c"doorbells",
     c"cmd_posts",
     c"cmd_polls",
@@ -168,6 +175,8 @@ pub(crate) fn account(c: &Counters, e: EngineCounters) {
         (Counter::OutOfOrder, e.out_of_order),
         (Counter::AcksSent, e.acks_sent),
         (Counter::AcksPiggybacked, e.acks_piggybacked),
+        (Counter::Repaths, e.repaths),
+        (Counter::CongestionRepaths, e.congestion_repaths),
     ] {
         if n != 0 {
             c.add(counter, n);
@@ -197,5 +206,6 @@ mod tests {
         assert_eq!(COUNTER_NAMES[Counter::PathTimeoutsOvertaken as usize], c"path_timeouts_overtaken");
         assert_eq!(COUNTER_NAMES[Counter::CmdPolls as usize], c"cmd_polls");
         assert_eq!(COUNTER_NAMES[Counter::TxZeroCopy as usize], c"tx_zero_copy");
+        assert_eq!(COUNTER_NAMES[Counter::CongestionRepaths as usize], c"congestion_repaths");
     }
 }
