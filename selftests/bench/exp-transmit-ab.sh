@@ -40,7 +40,7 @@ run() { # KO[:PARAMS] QPS RC_MTU [PARAMS]
   ip netns exec hostA timeout 60 ${AB_TOOL:-ib_write_bw} -d mrcA -x $ga -p $P -F -s 65536 -q $2 -D 5 198.18.0.2 > /tmp/c.log 2>&1
   s1=$(head -1 /proc/stat); wait
   echo "=== $(basename "$1") rc_mtu $3 ${4:-} q$2: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}') $(echo "$s0" "$s1" | awk '{u=$13-$2; s=$15-$4; i=$16-$5; si=$19-$8; t=u+s+i+si+($17-$6)+($18-$7); printf "user %d sys %d softirq %d idle %d", 100*u/t, 100*s/t, 100*si/t, 100*i/t}')"
-  echo "    counters: $(vb_nonzero_counters 'tx_packets|retransmits|tail_probes|sack_recovered|path_timeouts|path_timeouts_overtaken|rx_duplicates')"
+  echo "    counters: $(vb_nonzero_counters 'tx_packets|retransmits|tail_probes|sack_recovered|path_timeouts|path_timeouts_overtaken|rx_duplicates|repaths|congestion_repaths')"
   rdma link del mrcA; rdma link del mrcB; rmmod rdma_metaroce
 }
 tcp() { # iperf3 on the same link, one stream, 5 s
