@@ -1869,9 +1869,10 @@ def serve(L, R, duration, npkts, drop=None, answer_probes=False, log=None, msn=0
     return False
 
 
-def watch_probes(L, log, path, old_port, timeout):
-    """Receives into `log`, answering nothing, until a PROBE on `path` has left
-    from another port than `old_port`, or `timeout` (times the wait scale) passes."""
+def watch_probes(L, log, path, old_port, timeout, answer=None):
+    """Receives into `log` until a PROBE on `path` has left from another port
+    than `old_port`, or `timeout` (times the wait scale) passes. Probes are
+    answered through the Receiver `answer` if one is given, else left unanswered."""
     end = time.monotonic() + timeout * L.T.wait_scale
     while not any(r.op == PROBE and r.p.path == path and r.sport != old_port for r in log):
         left = end - time.monotonic()
@@ -1880,6 +1881,8 @@ def watch_probes(L, log, path, old_port, timeout):
         r = L.recv(min(0.05, left))
         if r is not None:
             log.append(r)
+            if answer is not None and r.op == PROBE:
+                answer.answer_probe(r)
 
 
 @case("MR-5.3.5 MR-6.3.2 MR-6.1.1 MR-6.4.1 MR-6.4.3 MR-6.4.4 MR-3.2.7 MR-6.3.1",
@@ -1962,8 +1965,20 @@ def t_probe_recovery(T):
         ok = serve(L, R, 5.0, n, drop=lambda r: r.sport == bh_port, answer_probes=True,
                    log=log)
         check(ok, "transfer did not complete")
-        probes = [r for r in log if r.op == PROBE and r.sport != bh_port]
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check(c and c[0]["status"] == WC_SUCCESS, "completion %s", c)
+        # A fast DUT finishes the transfer before path 2's probe on a new port is
+        # due (as in blackhole): keep receiving, answering probes, until one leaves
+        # on a new port or a second passes.
+        watch_probes(L, log, path=2, old_port=bh_port, timeout=1.0, answer=R)
+        probes = [r for r in log if r.op == PROBE and r.p.path == 2 and r.sport != bh_port]
         check(probes, "no probe from a new port")
+        # Path 2 is back in service once its probe is answered: a second WRITE
+        # spreads over all four paths again, path 2's share on the new port.
+        post(T, L, 2, "write", len=n * 1024, va=0, rkey=1)
+        ok = serve(L, R, 5.0 * T.wait_scale, n, drop=lambda r: r.sport == bh_port,
+                   answer_probes=True, log=log, msn=1)
+        check(ok, "second transfer did not complete")
         later = [r for r in log if r.t > probes[0].t and first_tx(r) and r.p.path == 2]
         check(later, "path 2 carried no new data after its probe was answered")
         check(all(r.sport != bh_port for r in later), "data resumed on the black-holed port")
