@@ -276,6 +276,12 @@ pub struct Stats {
     pub congestion_repaths: u64,
     /// RNR NAKs sent.
     pub rnr_naks: u64,
+    /// READ_RESP retransmissions that could no longer read the memory and
+    /// went out as a NAK instead, the connection staying up (MR-5.6.5).
+    pub stale_read_naks: u64,
+    /// Fatal NAKs received for a message that had already completed, and
+    /// discarded (MR-5.6.5).
+    pub rx_stale_naks: u64,
     /// Data packets received with the IP ECN field set to CE (MR-2.5.2).
     pub rx_ce: u64,
     /// Data packets accepted ahead of a missing one and placed at once
@@ -1883,6 +1889,15 @@ impl Connection {
                     _ => WcStatus::RemOpErr,
                 };
                 self.retire();
+                if seq_lt(a.msn, self.sq_head) {
+                    // Spec: MR-5.6.5 — the message completed: a stale NAK of a
+                    // rebuilt READ_RESP. Discard it and acknowledge at once, so
+                    // that the responder stops resending what was received.
+                    self.stats.rx_stale_naks += 1;
+                    self.paths[p % MAX_PATHS].ack_now = true;
+                    self.deliver(now, p, mem);
+                    return;
+                }
                 self.enter_error(Some((a.msn, st)));
                 return;
             }
@@ -2832,7 +2847,16 @@ impl Connection {
                     tsn: j.req_tsn,
                     path: q as u8,
                 });
-                self.enter_error(None);
+                if retx {
+                    // Spec: MR-5.6.5 — the first transmission read the memory:
+                    // most likely the requester completed the READ (its ACKs
+                    // lost) and has since invalidated the R_Key. NAK and stay
+                    // up; the packet stays in flight until acknowledged, and a
+                    // requester still waiting for it fails the READ.
+                    self.stats.stale_read_naks += 1;
+                } else {
+                    self.enter_error(None);
+                }
                 let n = self.nak.take()?;
                 return self.emit_ack(now, n.path as usize, Some(n), buf);
             }
@@ -3091,7 +3115,7 @@ mod size_tests {
             assert_eq!(core::mem::size_of::<MsgSlot>(), 144);
             assert_eq!(core::mem::size_of::<SqEntry>(), 72);
             assert_eq!(core::mem::size_of::<Path>(), 176);
-            assert_eq!(core::mem::size_of::<Connection>(), 25_992);
+            assert_eq!(core::mem::size_of::<Connection>(), 26_008);
         }
     }
 }

@@ -539,6 +539,110 @@ fn send_with_invalidate_and_solicited() {
 }
 
 #[test]
+fn read_response_rebuilt_after_the_requester_invalidated_its_rkey() {
+    // Spec: MR-5.6.5 — the requester completed a READ (its ACKs of the responses
+    // were lost) and invalidated the R_Key with a SEND_INV; the responder's
+    // retransmission of the responses can no longer read the memory. It NAKs
+    // instead, without failing, and the requester discards that NAK: the
+    // connection goes on and the retransmission is acknowledged by the next ACK.
+    let mut t = Pair::new(|c| {
+        c.mtu = 1024;
+        c.ack_every = 1;
+    });
+    t.mb.regions.get_mut(&0x77).unwrap().1[..2000].fill(7);
+    t.mb.set_recv(9, 16);
+    t.b.post_recv(RecvWr { wr_id: 9, len: 16 }).unwrap();
+    t.a.post_send(SendWr::read(1, 2000, 0x1000, 0x77)).unwrap();
+    for p in t.out_a() {
+        t.deliver_b(&p);
+    }
+    let rsp = t.out_b();
+    assert_eq!(rsp.iter().filter(|p| is_data(p)).count(), 2);
+    for p in &rsp {
+        t.deliver_a(p);
+    }
+    let c = t.comps_a();
+    assert_eq!((c.len(), c[0].wr_id, c[0].status), (1, 1, WcStatus::Success));
+    assert_eq!(t.ma.local[&1], vec![7; 2000]);
+    // A's ACKs of the responses (one per packet: none is left to ride on the
+    // SEND_INV) are lost.
+    let lost_acks = t.out_a();
+    assert!(!lost_acks.is_empty() && lost_acks.iter().all(|p| !is_data(p)));
+    t.ma.set_local(2, vec![1; 4]);
+    let mut wr = SendWr::send(2, 4);
+    wr.opcode = WrOpcode::SendInv;
+    wr.imm = 0x77;
+    t.a.post_send(wr).unwrap();
+    for p in t.out_a() {
+        t.deliver_b(&p);
+    }
+    assert_eq!(t.mb.invalidated, vec![0x77], "the SEND_INV was not delivered");
+    // The responses' retransmission (a tail probe, a path timeout or the RTO)
+    // comes due; it and everything after it are delivered from here on.
+    let resends = |c: &Connection| c.stats().tlp + c.stats().path_timeouts + c.stats().rto;
+    let end = t.now + 2_000_000_000;
+    while resends(&t.b) == 0 && t.now < end {
+        t.advance_until(end);
+        for p in t.out_b() {
+            t.deliver_a(&p);
+        }
+        for p in t.out_a() {
+            t.deliver_b(&p);
+        }
+    }
+    assert!(resends(&t.b) > 0, "the responses were never retransmitted");
+    t.run(20);
+    assert!(t.a.stats().rx_stale_naks >= 1, "the requester saw no stale NAK");
+    // The requester answers the stale NAK with an ACK covering the responses:
+    // with every packet delivered and timers firing for a second, nothing is
+    // resent again (without that ACK the path times out and resends).
+    let end = t.now + 1_000_000_000;
+    for _ in 0..100 {
+        t.advance_until(end);
+        t.run(1);
+    }
+    let b = t.b.stats();
+    assert_eq!((b.stale_read_naks, b.path_timeouts), (1, 0), "resent after the stale NAK");
+    assert_eq!(t.b.state(), QpState::Rts, "the responder failed");
+    assert_eq!(t.a.state(), QpState::Rts, "the requester failed");
+    let c = t.comps_a();
+    assert_eq!(c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(), vec![(2, WcStatus::Success)]);
+    let c = t.comps_b();
+    assert_eq!(c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(), vec![(9, WcStatus::Success)]);
+    // Nothing is left to retransmit: a later WRITE completes on a quiet link.
+    t.ma.set_local(3, vec![3; 8]);
+    t.mb.add_region(0x78, 0x2000, 64);
+    t.a.post_send(SendWr::write(3, 8, 0x2000, 0x78)).unwrap();
+    t.run(10);
+    let c = t.comps_a();
+    assert_eq!(c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(), vec![(3, WcStatus::Success)]);
+    assert_eq!(&t.mb.region(0x78)[..8], &[3; 8]);
+}
+
+#[test]
+fn read_response_rebuild_failure_fails_a_waiting_requester() {
+    // Spec: MR-5.6.5 — the other case: the responses were lost and the
+    // responder's memory went away before their retransmission. The requester
+    // still waits for the READ, so the NAK fails it with a remote access error.
+    let mut t = Pair::new(|c| c.mtu = 1024);
+    t.a.post_send(SendWr::read(1, 2000, 0x1000, 0x77)).unwrap();
+    for p in t.out_a() {
+        t.deliver_b(&p);
+    }
+    let lost = t.out_b();
+    assert_eq!(lost.iter().filter(|p| is_data(p)).count(), 2);
+    t.mb.regions.remove(&0x77);
+    let end = t.now + 2_000_000_000;
+    while t.a.state() == QpState::Rts && t.now < end {
+        t.advance_until(end);
+        t.run(1);
+    }
+    let c = t.comps_a();
+    assert_eq!(c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(), vec![(1, WcStatus::RemAccessErr)]);
+    assert_eq!((t.b.stats().stale_read_naks, t.a.stats().rx_stale_naks), (1, 0));
+}
+
+#[test]
 fn set_error_flushes_receives() {
     let mut t = Pair::new(|_| {});
     t.b.post_recv(RecvWr { wr_id: 1, len: 4 }).unwrap();

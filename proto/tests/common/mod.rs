@@ -108,6 +108,8 @@ impl Responder for VecMemory {
         Ok(())
     }
     fn invalidate(&mut self, rkey: u32) -> Result<(), MemError> {
+        // A registered region's R_Key stops working, as a real MR's does.
+        self.regions.remove(&rkey);
         self.invalidated.push(rkey);
         Ok(())
     }
