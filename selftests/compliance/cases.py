@@ -409,6 +409,37 @@ def t_send_inv_denied(T):
                   "key invalidated without permission")
 
 
+@case("MR-5.6.5 MR-5.6.4 MR-3.5.3",
+      "a READ_RESP resent after the requester invalidated the key: a NAK, and the DUT stays up")
+def t_read_resend_after_invalidate(T):
+    need(T, "invalidate")
+    with link(T) as L:
+        data = pattern(100, 6)
+        rkey, va = mr(T, "ri")
+        T.dut.cmd("mem_write rkey=%#x off=0 data=%s" % (rkey, data.hex()))
+        T.dut.cmd("post_recv qpn=%#x wr=1 len=64" % L.dqpn)
+        L.req(READ_REQ, rkey=rkey, va=va, msglen=100, msn=0)
+        L.msn = 1
+        r = L.recv(1.0, lambda r: r.op == READ_RESP)
+        check(r is not None and r.payload() == data, "READ_RESP %s", r)
+        # The tester has the data and never acknowledges it; as a requester done
+        # with the READ it invalidates the key.
+        L.message(SEND_INV, b"inv", imm=rkey)
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check(c and c[0]["inv"] == rkey and c[0]["status"] == WC_SUCCESS,
+              "SEND_INV completion %s", c)
+        # The resend comes due and cannot read the memory: a NAK naming the READ.
+        n = L.recv(2.0, lambda r: r.op == ACK and r.ack.syndrome != SYN_ACK)
+        check(n is not None and n.ack.syndrome == SYN_ACCESS and n.ack.msn == 0,
+              "expected NAK-ACCESS for MSN 0, got %s", n)
+        # The DUT stays up: a later WRITE to another MR is placed and acknowledged.
+        rkey2, va2 = mr(T, "w")
+        tsns = L.message(WRITE, b"still up", rkey=rkey2, va=va2)
+        a = L.cum_reaches((tsns[-1] + 1) & 0xFFFFFFFF, 1.0)
+        check(a is not None and a.ack.syndrome == SYN_ACK, "WRITE after the NAK: %s", a)
+        check(T.dut.mem_read(rkey2, 0, 8) == b"still up", "WRITE after the NAK not placed")
+
+
 # ---------------------------------------------------------------------------
 # 2. Malformed input: dropped, counted, no response, DUT keeps working
 # ---------------------------------------------------------------------------
