@@ -15,6 +15,7 @@ use crate::cq::{Grh, Wc};
 use crate::ffi::{TxFrags, UserQueues};
 use crate::ids::IdTable;
 use crate::mr::{MrTable, Need, PdId};
+use crate::net::{Counter, Counters};
 use crate::proto::{
     self, ud, AtomicOp, Completion, Config, Connection, Duration, Ecn, Instant, LocalMemory,
     MemError, PostError, RecvWr, Responder, SendWr, WcOpcode, WcStatus, WrOpcode,
@@ -214,7 +215,8 @@ pub(crate) struct ConnectParams {
 /// The connections' `ack_delay` (µs): see [`Engine::connection_config`].
 pub(crate) const ACK_DELAY_US: u32 = 500;
 
-/// Counters the engine adds to (drained into the device's counters by the caller).
+/// Counters the engine adds to (drained into the device's counters by
+/// [`Engine::drain_counters`], with the connection's statistics).
 #[derive(Clone, Copy, Default, Debug)]
 pub(crate) struct EngineCounters {
     pub(crate) tx_packets: u64,
@@ -224,22 +226,6 @@ pub(crate) struct EngineCounters {
     pub(crate) tx_zero_copy: u64,
     pub(crate) rx_ud_dropped: u64,
     pub(crate) access_errors: u64,
-    /// From the connection's statistics (deltas since the last report):
-    pub(crate) retransmits: u64,
-    pub(crate) path_timeouts: u64,
-    pub(crate) path_timeouts_overtaken: u64,
-    pub(crate) rto_timeouts: u64,
-    pub(crate) tail_probes: u64,
-    pub(crate) sack_recovered: u64,
-    pub(crate) rnr_naks: u64,
-    pub(crate) rx_duplicates: u64,
-    pub(crate) rx_invalid: u64,
-    pub(crate) ecn_marked: u64,
-    pub(crate) out_of_order: u64,
-    pub(crate) acks_sent: u64,
-    pub(crate) acks_piggybacked: u64,
-    pub(crate) repaths: u64,
-    pub(crate) congestion_repaths: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -339,7 +325,8 @@ pub(crate) struct Engine {
     /// Receives come from an SRQ, one WQE per arriving message ([`take_from_srq`]).
     on_srq: bool,
     counters: EngineCounters,
-    /// The connection's statistics at the last `take_counters` (reset on connect).
+    /// The connection's statistics at the last `drain_counters` (reset on connect;
+    /// only the fields it reports are kept up to date).
     last_stats: proto::Stats,
     /// The send/receive rings a process posts into, for a user RC QP whose provider
     /// maps them ([`Engine::pull_posted`]); `None`: work arrives through `post_*`.
@@ -517,29 +504,45 @@ impl Engine {
         self.conn.as_ref().is_some_and(|c| c.config().reply_wait.as_nanos() > 0)
     }
 
-    /// Counters accumulated since the last call.
-    pub(crate) fn take_counters(&mut self) -> EngineCounters {
-        let mut c = core::mem::take(&mut self.counters);
-        if let Some(conn) = self.conn.as_ref().filter(|_| self.connected) {
-            let (s, l) = (*conn.stats(), self.last_stats);
-            c.retransmits = s.tx_retx.wrapping_sub(l.tx_retx);
-            c.path_timeouts = s.path_timeouts.wrapping_sub(l.path_timeouts);
-            c.path_timeouts_overtaken = s.path_timeouts_overtaken.wrapping_sub(l.path_timeouts_overtaken);
-            c.rto_timeouts = s.rto.wrapping_sub(l.rto);
-            c.tail_probes = s.tlp.wrapping_sub(l.tlp);
-            c.sack_recovered = s.lost_detected.wrapping_sub(l.lost_detected);
-            c.rnr_naks = s.rnr_naks.wrapping_sub(l.rnr_naks);
-            c.rx_duplicates = s.rx_dup.wrapping_sub(l.rx_dup);
-            c.rx_invalid = s.rx_invalid.wrapping_sub(l.rx_invalid);
-            c.ecn_marked = s.rx_ce.wrapping_sub(l.rx_ce);
-            c.out_of_order = s.rx_out_of_order.wrapping_sub(l.rx_out_of_order);
-            c.acks_sent = s.tx_acks.wrapping_sub(l.tx_acks);
-            c.acks_piggybacked = s.tx_piggybacked.wrapping_sub(l.tx_piggybacked);
-            c.repaths = s.repaths.wrapping_sub(l.repaths);
-            c.congestion_repaths = s.congestion_repaths.wrapping_sub(l.congestion_repaths);
-            self.last_stats = s;
+    /// Adds what this QP counted since the last call to the device's counters `to`:
+    /// the engine's own counts, and the connection's statistics as deltas. Field by
+    /// field, in place: this ends every run, and moving whole copies of the counters
+    /// and of two statistics structs each time was a visible part of a run.
+    pub(crate) fn drain_counters(&mut self, to: &Counters) {
+        let own = &mut self.counters;
+        for (counter, n) in [
+            (Counter::TxPackets, &mut own.tx_packets),
+            (Counter::TxBytes, &mut own.tx_bytes),
+            (Counter::TxFailed, &mut own.tx_failed),
+            (Counter::TxZeroCopy, &mut own.tx_zero_copy),
+            (Counter::UdDropped, &mut own.rx_ud_dropped),
+            (Counter::AccessErrors, &mut own.access_errors),
+        ] {
+            to.add_nonzero(counter, core::mem::take(n));
         }
-        c
+        let Some(conn) = self.conn.as_ref().filter(|_| self.connected) else { return };
+        let (now, last) = (conn.stats(), &mut self.last_stats);
+        for (counter, now, last) in [
+            (Counter::Retransmits, now.tx_retx, &mut last.tx_retx),
+            (Counter::PathTimeouts, now.path_timeouts, &mut last.path_timeouts),
+            (Counter::PathTimeoutsOvertaken, now.path_timeouts_overtaken, &mut last.path_timeouts_overtaken),
+            (Counter::RtoTimeouts, now.rto, &mut last.rto),
+            (Counter::TailProbes, now.tlp, &mut last.tlp),
+            (Counter::SackRecovered, now.lost_detected, &mut last.lost_detected),
+            (Counter::RnrNaks, now.rnr_naks, &mut last.rnr_naks),
+            (Counter::RxDuplicates, now.rx_dup, &mut last.rx_dup),
+            (Counter::RxInvalid, now.rx_invalid, &mut last.rx_invalid),
+            (Counter::EcnMarked, now.rx_ce, &mut last.rx_ce),
+            (Counter::OutOfOrder, now.rx_out_of_order, &mut last.rx_out_of_order),
+            (Counter::AcksSent, now.tx_acks, &mut last.tx_acks),
+            (Counter::AcksPiggybacked, now.tx_piggybacked, &mut last.tx_piggybacked),
+            (Counter::Repaths, now.repaths, &mut last.repaths),
+            (Counter::CongestionRepaths, now.congestion_repaths, &mut last.congestion_repaths),
+            (Counter::StaleReadNaks, now.stale_read_naks, &mut last.stale_read_naks),
+        ] {
+            to.add_nonzero(counter, now.wrapping_sub(*last));
+            *last = now;
+        }
     }
 
     /// `qp_access_flags` and the Q_Key as last set by `modify_qp`.

@@ -8,7 +8,6 @@
 //!
 //! Runs in softirq context: no sleeping, no allocation.
 
-use crate::engine::EngineCounters;
 use crate::ffi::IbDev;
 use crate::proto::wire::WireError;
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -72,6 +71,10 @@ pub(crate) enum Counter {
     Repaths,
     /// Of those, paths moved off a congested or shared route (MR-6.3.4).
     CongestionRepaths,
+    /// READ responses whose retransmission could no longer read the memory
+    /// (its R_Key invalidated after the requester had them, most likely) and
+    /// went out as a NAK, the QP staying up (MR-5.6.5).
+    StaleReadNaks,
     /// Send doorbells: a process posted sends into a QP's mapped ring.
     Doorbells,
     /// Work requests a process posted through uverbs commands (SRQs, or a
@@ -82,7 +85,7 @@ pub(crate) enum Counter {
 }
 
 /// Counter names as shown by `rdma statistic show link DEV/1`.
-pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 29] = [
+pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 30] = [
     c"rx_packets",
     c"rx_bytes",
     c"rx_malformed",
@@ -109,6 +112,7 @@ pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 29] = [
     c"acks_piggybacked",
     c"repaths",
     c"congestion_repaths",
+    c"stale_read_naks",
     c"doorbells",
     c"cmd_posts",
     c"cmd_polls",
@@ -124,6 +128,13 @@ impl Counters {
 
     pub(crate) fn add(&self, c: Counter, n: u64) {
         self.0[c as usize].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// [`Counters::add`], skipping the atomic operation when `n` is 0.
+    pub(crate) fn add_nonzero(&self, c: Counter, n: u64) {
+        if n != 0 {
+            self.add(c, n);
+        }
     }
 
     /// A snapshot, in [`COUNTER_NAMES`] order.
@@ -153,37 +164,6 @@ pub(crate) fn receive_no_connection(dev: &IbDev) {
     dev.data().counters.add(Counter::RxNoConnection, 1);
 }
 
-/// Adds what a QP's engine counted to the device counters.
-pub(crate) fn account(c: &Counters, e: EngineCounters) {
-    for (counter, n) in [
-        (Counter::TxPackets, e.tx_packets),
-        (Counter::TxBytes, e.tx_bytes),
-        (Counter::TxFailed, e.tx_failed),
-        (Counter::TxZeroCopy, e.tx_zero_copy),
-        (Counter::Retransmits, e.retransmits),
-        (Counter::PathTimeouts, e.path_timeouts),
-        (Counter::PathTimeoutsOvertaken, e.path_timeouts_overtaken),
-        (Counter::RtoTimeouts, e.rto_timeouts),
-        (Counter::TailProbes, e.tail_probes),
-        (Counter::SackRecovered, e.sack_recovered),
-        (Counter::RnrNaks, e.rnr_naks),
-        (Counter::RxDuplicates, e.rx_duplicates),
-        (Counter::RxInvalid, e.rx_invalid),
-        (Counter::AccessErrors, e.access_errors),
-        (Counter::UdDropped, e.rx_ud_dropped),
-        (Counter::EcnMarked, e.ecn_marked),
-        (Counter::OutOfOrder, e.out_of_order),
-        (Counter::AcksSent, e.acks_sent),
-        (Counter::AcksPiggybacked, e.acks_piggybacked),
-        (Counter::Repaths, e.repaths),
-        (Counter::CongestionRepaths, e.congestion_repaths),
-    ] {
-        if n != 0 {
-            c.add(counter, n);
-        }
-    }
-}
-
 /// A datagram the stack could not hand over intact.
 pub(crate) fn receive_unreadable(dev: &IbDev) {
     dev.data().counters.add(Counter::RxDropped, 1);
@@ -207,5 +187,6 @@ mod tests {
         assert_eq!(COUNTER_NAMES[Counter::CmdPolls as usize], c"cmd_polls");
         assert_eq!(COUNTER_NAMES[Counter::TxZeroCopy as usize], c"tx_zero_copy");
         assert_eq!(COUNTER_NAMES[Counter::CongestionRepaths as usize], c"congestion_repaths");
+        assert_eq!(COUNTER_NAMES[Counter::StaleReadNaks as usize], c"stale_read_naks");
     }
 }

@@ -335,7 +335,7 @@ struct WorkIo<'a> {
     overflow: [bool; 2],
     /// ACKs built under the engine lock, sent once it is released
     /// ([`WorkIo::send_acks`]); an skb left here is freed with it.
-    acks: [Option<HeldAck>; HELD_ACKS],
+    acks: HeldAcks,
 }
 
 /// ACKs one round of a run holds until the engine lock is released: one per path
@@ -351,9 +351,64 @@ struct HeldAck {
     ecn: Ecn,
 }
 
+/// The ACKs a run holds, oldest first.
+///
+/// A `WorkIo` is made for every run and most runs hold no ACK, so the slots are left
+/// uninitialised until used: an array of `Option`s had all its 448 bytes written on
+/// every run, which the emulated CPU of the test VMs copies a byte at a time.
+///
+/// # Invariants
+///
+/// `slots[head..len]` are initialised and owned by this value; the others are not.
+/// `head <= len <= HELD_ACKS`.
+struct HeldAcks {
+    head: usize,
+    len: usize,
+    slots: [core::mem::MaybeUninit<HeldAck>; HELD_ACKS],
+}
+
+impl HeldAcks {
+    const fn new() -> Self {
+        // INVARIANT: No slot is initialised and `head..len` is empty.
+        HeldAcks { head: 0, len: 0, slots: [const { core::mem::MaybeUninit::uninit() }; HELD_ACKS] }
+    }
+
+    /// Keeps `ack` after those already held, or gives it back if every slot is taken.
+    fn push(&mut self, ack: HeldAck) -> Result<(), HeldAck> {
+        let Some(slot) = self.slots.get_mut(self.len) else { return Err(ack) };
+        slot.write(ack);
+        // INVARIANT: Slot `len` was just initialised, so `head..len + 1` is.
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Takes out the oldest held ACK.
+    fn pop(&mut self) -> Option<HeldAck> {
+        if self.head == self.len {
+            // INVARIANT: Nothing is held; every slot may be reused.
+            self.head = 0;
+            self.len = 0;
+            return None;
+        }
+        let slot = &self.slots[self.head];
+        // INVARIANT: Moving `head` past the slot gives up ownership of it before
+        // it is read, so it is read once.
+        self.head += 1;
+        // SAFETY: The slot was in `head..len`, initialised (type invariant).
+        Some(unsafe { slot.assume_init_read() })
+    }
+}
+
+impl Drop for HeldAcks {
+    fn drop(&mut self) {
+        // Frees the skbs of ACKs never sent.
+        while self.pop().is_some() {}
+    }
+}
+
 impl<'a> WorkIo<'a> {
     fn new(dev: &'a IbDev, qp: *mut raw::ib_qp) -> Self {
-        WorkIo { dev, qp, notify: [false; 2], overflow: [false; 2], acks: [const { None }; HELD_ACKS] }
+        WorkIo { dev, qp, notify: [false; 2], overflow: [false; 2], acks: HeldAcks::new() }
     }
 
     /// Spec: MR-10.3.4 — sends the ACKs the round held: outside the engine lock when
@@ -362,8 +417,7 @@ impl<'a> WorkIo<'a> {
     /// on the other CPU, waits for), else before the next packet (MR-5.4.3). A failed
     /// send is a lost ACK, which the protocol recovers from.
     fn send_acks(&mut self) {
-        for slot in 0..HELD_ACKS {
-            let Some(a) = self.acks[slot].take() else { break };
+        while let Some(a) = self.acks.pop() {
             // SAFETY: We own the skb; it holds `len <= cap` written bytes.
             unsafe { self.send_skb(&a.dgid, a.src_port, a.ecn, a.skb.into_raw(), a.len) };
         }
@@ -532,12 +586,9 @@ impl Io for WorkIo<'_> {
         if len > buf.cap {
             return false;
         }
-        match self.acks.iter_mut().find(|a| a.is_none()) {
-            Some(free) => {
-                *free = Some(HeldAck { skb: buf, len, dgid: *dgid, src_port, ecn });
-                true
-            }
-            None => self.transmit_buf(dgid, src_port, ecn, buf, len),
+        match self.acks.push(HeldAck { skb: buf, len, dgid: *dgid, src_port, ecn }) {
+            Ok(()) => true,
+            Err(a) => self.transmit_buf(dgid, src_port, ecn, a.skb, len),
         }
     }
 
@@ -670,7 +721,7 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
             let ack_clocked = doorbell && rounds == 1;
             let next = eng.run(&sh, &mut io, t, !again, ack_clocked);
             eng.publish_consumed();
-            crate::net::account(&data.counters, eng.take_counters());
+            eng.drain_counters(&data.counters);
             eng.account_run(now().as_nanos().saturating_sub(t.as_nanos()));
             // Under the lock: whoever kicks or arms after this knows more than this
             // run (see `mrc_qp_io_disarm`).
