@@ -2841,22 +2841,24 @@ impl Connection {
             };
             if let Err(e) = payload_res {
                 // Spec: MR-3.5.3 — the NAK names the READ request's packet.
-                self.nak = Maybe::some(PendingNak {
+                let nak = PendingNak {
                     syndrome: mem_syndrome(e),
                     msn: j.msn,
                     tsn: j.req_tsn,
                     path: q as u8,
-                });
+                };
                 if retx {
                     // Spec: MR-5.6.5 — the first transmission read the memory:
                     // most likely the requester completed the READ (its ACKs
                     // lost) and has since invalidated the R_Key. NAK and stay
                     // up; the packet stays in flight until acknowledged, and a
-                    // requester still waiting for it fails the READ.
+                    // requester still waiting for it fails the READ. A NAK the
+                    // receive side has pending (RNR, MR-9.4.3) stays pending.
                     self.stats.stale_read_naks += 1;
-                } else {
-                    self.enter_error(None);
+                    return self.emit_ack(now, q, Some(nak), buf);
                 }
+                self.nak = Maybe::some(nak);
+                self.enter_error(None);
                 let n = self.nak.take()?;
                 return self.emit_ack(now, n.path as usize, Some(n), buf);
             }
