@@ -100,23 +100,25 @@ ktap_diag "controller $(nvme_ctrl), namespace ${DEV:-none}; $(rc_qps) RC QPs on 
 # Data: random bytes through the block device with O_DIRECT at several request
 # sizes (4 KiB rides inline in the command capsule; 128 KiB and 1 MiB go through
 # registered MRs), read back through the device, and checked in the backing file.
+# METAROCE_NVMEOF_MIB (default 16) sets the amount; the debug tier moves less.
+MIB=${METAROCE_NVMEOF_MIB:-16}
 src=$(mktemp)
-dd if=/dev/urandom of="$src" bs=1M count=16 status=none
-io_round() { # BS: write the 16 MiB at offset 0 with requests of BS, read back, compare
+dd if=/dev/urandom of="$src" bs=1M count=$MIB status=none
+io_round() { # BS: write the $MIB MiB at offset 0 with requests of BS, read back, compare
     local bs=$1 back
     back=$(mktemp)
     dd if="$src" of="$DEV" bs="$bs" oflag=direct conv=fsync status=none &&
-        dd if="$DEV" of="$back" bs="$bs" iflag=direct count=$((16 * 1024 * 1024 / $(numfmt --from=iec "$bs"))) status=none &&
+        dd if="$DEV" of="$back" bs="$bs" iflag=direct count=$((MIB * 1024 * 1024 / $(numfmt --from=iec "$bs"))) status=none &&
         cmp -s "$src" "$back"
     local rc=$?
     rm -f "$back"; return $rc
 }
 for bs in 4K 128K 1M; do
     if [ -n "$DEV" ]; then
-        check "16 MiB written and read back intact through $DEV with $bs requests" io_round $bs
-        dd if=/dev/urandom of="$src" bs=1M count=16 status=none   # fresh data for the next size
+        check "$MIB MiB written and read back intact through $DEV with $bs requests" io_round $bs
+        dd if=/dev/urandom of="$src" bs=1M count=$MIB status=none   # fresh data for the next size
     else
-        ktap_fail "16 MiB written and read back intact with $bs requests: no block device"
+        ktap_fail "$MIB MiB written and read back intact with $bs requests: no block device"
     fi
 done
 # Write once more and check the file itself, which the target wrote with what
@@ -124,7 +126,7 @@ done
 if [ -n "$DEV" ]; then
     dd if="$src" of="$DEV" bs=256K oflag=direct conv=fsync status=none
     check "the target's backing file holds exactly what the host wrote" \
-        cmp -s -n $((16 * 1024 * 1024)) "$src" "$IMG"
+        cmp -s -n $((MIB * 1024 * 1024)) "$src" "$IMG"
 fi
 # Under loss: host and target share the address, so their packets loop through lo;
 # netem drops 1% of them there. Every request still completes, intact, with no
@@ -137,8 +139,8 @@ NVME_TROUBLE='nvme nvme0: .*\(reset\|timeout\|failed with status\|error recovery
 if [ -n "$DEV" ]; then
     r0=$(retx)
     check "netem loss 1% on lo" tc qdisc add dev lo root netem loss 1%
-    dd if=/dev/urandom of="$src" bs=1M count=16 status=none
-    check "16 MiB written and read back intact with 128K requests under 1% loss" io_round 128K
+    dd if=/dev/urandom of="$src" bs=1M count=$MIB status=none
+    check "$MIB MiB written and read back intact with 128K requests under 1% loss" io_round 128K
     tc qdisc del dev lo root 2>/dev/null
     ktap_diag "under loss: $(( $(retx) - r0 )) retransmissions, $(dmesg | grep -c "$NVME_TROUBLE") NVMe errors, resets or timeouts"
     check "MetaRoCE retransmitted what netem dropped" test $(( $(retx) - r0 )) -gt 0
