@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! Completion queues: a bounded ring of work completions, arming for completion
-//! events (`req_notify_cq`), and overflow detection. Safe code; the FFI layer turns
+//! events (`req_notify_cq`), overflow detection and resizing (`ibv_resize_cq`). Safe code; the FFI layer turns
 //! entries into `struct ib_wc` and calls the consumer's completion handler.
 
 use crate::ffi::UserCq;
@@ -24,6 +24,8 @@ pub(crate) const fn wc_opcode_raw(op: WcOpcode) -> u32 {
         WcOpcode::RecvRdmaWithImm => 129,
         WcOpcode::LocalInv => 6,
         WcOpcode::RegMr => 10,
+        WcOpcode::AtomicWrite => 9,
+        WcOpcode::Flush => 8,
     }
 }
 
@@ -87,13 +89,33 @@ struct Ring {
     /// The completion ring of a process's CQ: completions go there instead of
     /// `slots` and the process polls without entering the kernel.
     user: Option<UserCq>,
+    /// Completions the CQ holds (`cqe`): `slots.len()`, or the entries of `user`.
+    cap: u32,
+}
+
+/// Storage for a CQ's completions, made before a resize takes the CQ's lock:
+/// nothing allocates under it, and removing a ring's mapping may sleep.
+pub(crate) enum CqStorage {
+    /// Completions kept in the kernel (a kernel consumer's CQ, or a process's
+    /// without a mapped ring).
+    Kernel(KVec<Option<Wc>>),
+    /// A new completion ring mapped into the process.
+    User(UserCq),
+}
+
+impl CqStorage {
+    /// Room for `cqe` completions kept in the kernel.
+    pub(crate) fn kernel(cqe: u32) -> Result<Self> {
+        Ok(Self::Kernel(KVec::from_elem(None, cqe as usize, GFP_KERNEL)?))
+    }
 }
 
 /// A completion queue.
 ///
 /// # Invariants
 ///
-/// `ring.slots.len()` is the capacity fixed at creation; `ring.len <= capacity`.
+/// Without a mapped ring, `ring.slots.len()` is the capacity and `ring.len <=
+/// capacity`; with one, `ring.slots` holds a single unused slot.
 #[pin_data]
 pub(crate) struct Cq {
     /// Guards the ring; taken by the QP work that completes into it and by
@@ -101,8 +123,6 @@ pub(crate) struct Cq {
     /// softirq-excluding spinlock; nothing allocates or sleeps under it.
     #[pin]
     ring: crate::ffi::SpinLockBh<Ring>,
-    /// Completions the CQ holds (`cqe`).
-    cap: u32,
 }
 
 impl Cq {
@@ -124,17 +144,58 @@ impl Cq {
         for _ in 0..n {
             slots.push(None, GFP_KERNEL)?;
         }
-        let cap = cqe;
-        let ring = Ring { slots, head: 0, len: 0, arm: Arm::None, overflowed: false, user };
+        let ring = Ring { slots, head: 0, len: 0, arm: Arm::None, overflowed: false, user, cap: cqe };
         Ok(try_pin_init!(Self {
-            cap,
             ring <- crate::ffi::new_spinlock_bh!(ring, "metaroce_cq"),
         }))
     }
 
     /// Capacity (the `cqe` reported back to the consumer).
     pub(crate) fn capacity(&self) -> u32 {
-        self.cap
+        self.ring.lock().cap
+    }
+
+    /// Whether completions go to a ring mapped into a process (fixed at creation:
+    /// a resize replaces a ring only by another).
+    pub(crate) fn is_mapped(&self) -> bool {
+        self.ring.lock().user.is_some()
+    }
+
+    /// Resizes the CQ to `cqe` completions with `storage`, made for that size and
+    /// of the kind the CQ has ([`Self::is_mapped`]). Completions not yet polled
+    /// move over in order; an armed request and an overflow stay. `EINVAL` for a
+    /// size [`Self::check_size`] refuses, for fewer than the completions waiting
+    /// (also when a process's consumer counter claims an impossible number), or
+    /// for storage of the other kind. On return `storage` holds what the caller
+    /// must free, after this returns: the old storage, or the new one if the resize
+    /// failed.
+    pub(crate) fn resize(&self, cqe: u32, storage: &mut CqStorage) -> Result {
+        Self::check_size(cqe)?;
+        let mut guard = self.ring.lock();
+        let r = &mut *guard;
+        match (r.user.as_mut(), storage) {
+            (Some(current), CqStorage::User(new)) => {
+                if new.entries() < cqe {
+                    return Err(EINVAL);
+                }
+                current.move_waiting_into(new)?;
+                core::mem::swap(current, new);
+            }
+            (None, CqStorage::Kernel(slots)) => {
+                if slots.len() < cqe as usize || r.len > slots.len() {
+                    return Err(EINVAL);
+                }
+                let cap = r.slots.len();
+                for (k, to) in slots.iter_mut().take(r.len).enumerate() {
+                    *to = r.slots[(r.head + k) % cap].take();
+                }
+                r.head = 0;
+                core::mem::swap(&mut r.slots, slots);
+            }
+            _ => return Err(EINVAL),
+        }
+        r.cap = cqe;
+        Ok(())
     }
 
     /// Adds a completion (called by the data path, possibly in softirq context).
@@ -260,6 +321,39 @@ mod tests {
         assert_eq!(cq.push(wc(4, WcStatus::RetryExcErr), false), Pushed::Stored { notify: true });
         assert!(Cq::new(0, None).is_err());
         assert!(Cq::new(MAX_CQE + 1, None).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn resizing_keeps_waiting_completions_in_order() -> Result {
+        let cq = KBox::pin_init(Cq::new(3, None)?, GFP_KERNEL)?;
+        // Wrap the ring first, so the waiting completions do not start at slot 0.
+        cq.push(wc(9, WcStatus::Success), false);
+        cq.poll(1, |_, _| {});
+        for id in 1..=3 {
+            cq.push(wc(id, WcStatus::Success), false);
+        }
+        let mut spare = CqStorage::kernel(2)?;
+        // Three completions wait.
+        assert_eq!(cq.resize(2, &mut spare), Err(EINVAL));
+        // The new storage is handed back.
+        assert!(matches!(&spare, CqStorage::Kernel(v) if v.len() == 2));
+        let mut spare = CqStorage::kernel(5)?;
+        cq.resize(5, &mut spare)?;
+        // The old storage is handed back.
+        assert!(matches!(&spare, CqStorage::Kernel(v) if v.len() == 3));
+        assert_eq!(cq.capacity(), 5);
+        assert!(!cq.is_mapped());
+        for id in 4..=5 {
+            assert_eq!(cq.push(wc(id, WcStatus::Success), false), Pushed::Stored { notify: false });
+        }
+        assert_eq!(cq.push(wc(6, WcStatus::Success), false), Pushed::Overflow);
+        let mut seen = [0u64; 8];
+        assert_eq!(cq.poll(8, |i, w| seen[i] = w.wr_id), 5);
+        assert_eq!(&seen[..5], &[1, 2, 3, 4, 5]);
+        let mut spare = CqStorage::kernel(1)?;
+        assert_eq!(cq.resize(0, &mut spare), Err(EINVAL));
+        assert_eq!(cq.resize(MAX_CQE + 1, &mut spare), Err(EINVAL));
         Ok(())
     }
 }

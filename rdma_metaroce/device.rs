@@ -36,6 +36,8 @@ pub(crate) struct DeviceData {
     pub(crate) mrs: Pin<KBox<crate::mr::MrTable>>,
     /// Live QPs by number, for received datagrams.
     pub(crate) qp_table: ffi::QpTable,
+    /// Multicast groups and the UD QPs attached to them.
+    pub(crate) mcast: Pin<KBox<crate::mcast::Groups>>,
     /// Packet counters (`rdma statistic`).
     pub(crate) counters: crate::net::Counters,
 }
@@ -103,6 +105,7 @@ pub(crate) fn newlink(name: &CStr, ndev: &NetDev) -> Result {
         mr_keys,
         mrs: KBox::pin_init(crate::mr::MrTable::new(MAX_MR as usize)?, GFP_KERNEL)?,
         qp_table: ffi::QpTable::new(crate::qp::MAX_QP as usize)?,
+        mcast: KBox::pin_init(crate::mcast::Groups::new()?, GFP_KERNEL)?,
         counters: crate::net::Counters::new(),
     };
     let port = *crate::module_parameters::udp_port.value();

@@ -39,6 +39,8 @@ const SRQ_HELD: usize = proto::connection::RQ_DEPTH;
 
 /// Largest UD payload (the largest IB MTU).
 const UD_MAX_PAYLOAD: u32 = 4096;
+/// The bytes an ATOMIC_WRITE stores (spec MR-4.4.6).
+const ATOMIC_WRITE_LEN: usize = 8;
 
 /// Largest RC packet built in the staging buffer and copied into an skb of its own
 /// size; a connection whose last packet was larger builds the next in the skb it
@@ -81,6 +83,8 @@ pub(crate) struct SendRequest<'a> {
     pub(crate) imm: u32,
     pub(crate) compare: u64,
     pub(crate) swap_add: u64,
+    /// The length of a FLUSH's range (`op` is `Flush`; its bits are in `imm`).
+    pub(crate) flush_len: u32,
     pub(crate) ud: Option<UdDest>,
     /// A memory operation the device executes itself, in send-queue order
     /// (`op` and the data fields are then unused).
@@ -280,6 +284,9 @@ struct Queues {
     sq_inline: KVec<u8>,
     max_send_sge: usize,
     max_inline: usize,
+    /// Bytes of `sq_inline` per send slot: `max_inline`, but room for an
+    /// ATOMIC_WRITE's operand at least.
+    inline_stride: usize,
     sqr: Ring,
     rq: KVec<Option<RqSlot>>,
     rq_sge: KVec<Sge>,
@@ -373,12 +380,14 @@ impl Engine {
         };
         let sse = caps.max_send_sge.max(1) as usize;
         let inl = caps.max_inline_data as usize;
+        let inline_stride = inl.max(ATOMIC_WRITE_LEN);
         let q = Queues {
             sq: filled(None, sd)?,
             sq_sge: filled(Sge::default(), sd * sse)?,
-            sq_inline: filled(0u8, sd * inl)?,
+            sq_inline: filled(0u8, sd * inline_stride)?,
             max_send_sge: sse,
             max_inline: inl,
+            inline_stride,
             sqr: Ring { depth: sd as u32, ..Ring::default() },
             rq: filled(None, rd)?,
             rq_sge: filled(Sge::default(), rd * rse)?,
@@ -718,10 +727,19 @@ impl Engine {
             return Err(EINVAL);
         }
         let inline_len = r.inline.map_or(0, |d| d.len());
-        if inline_len > self.q.max_inline {
+        // An ATOMIC_WRITE's 8 bytes may come with the request whatever
+        // `max_inline_data` is (`ibv_wr_atomic_write` passes them so).
+        let inline_max = if r.op == WrOpcode::AtomicWrite { ATOMIC_WRITE_LEN } else { self.q.max_inline };
+        if inline_len > inline_max {
             return Err(EINVAL);
         }
-        let len = if let Some(d) = r.inline { d.len() as u32 } else { sge_len(r.sges)? };
+        let len = match (r.op, r.inline) {
+            // A FLUSH moves no bytes: its length is the range's (spec MR-3.3.5).
+            (WrOpcode::Flush, None) if r.sges.is_empty() => r.flush_len,
+            (WrOpcode::Flush, _) => return Err(EINVAL),
+            (_, Some(d)) => d.len() as u32,
+            (_, None) => sge_len(r.sges)?,
+        };
         let ud = match (self.ty, r.ud) {
             (QpType::Rc, None) if r.local.is_some() => None,
             (QpType::Ud, Some(d)) if matches!(r.op, WrOpcode::Send | WrOpcode::SendImm) => Some(d),
@@ -758,7 +776,7 @@ impl Engine {
         let base = slot * self.q.max_send_sge;
         self.q.sq_sge[base..base + r.sges.len()].copy_from_slice(r.sges);
         if let Some(d) = r.inline {
-            let ib = slot * self.q.max_inline;
+            let ib = slot * self.q.inline_stride;
             self.q.sq_inline[ib..ib + d.len()].copy_from_slice(d);
         }
         self.q.sq[slot] = Some(SqSlot {
@@ -1488,7 +1506,7 @@ impl LocalMemory for QpMemory<'_, '_> {
         let i = wr_id as usize;
         let Some(s) = self.q.sq.get(i).copied().flatten() else { return Err(MemError::Access) };
         if s.inline_len != u16::MAX {
-            let base = i * self.q.max_inline;
+            let base = i * self.q.inline_stride;
             let start = base + offset as usize;
             let end = start + out.len();
             if end > base + s.inline_len as usize {
@@ -1580,6 +1598,45 @@ impl Responder for QpMemory<'_, '_> {
             m.write(iova, o, &new.to_ne_bytes())
         });
         self.count(r).map(|()| orig)
+    }
+
+    fn atomic_write_remote(&mut self, rkey: u32, va: u64, bytes: &[u8; 8]) -> Result<(), MemError> {
+        // Spec: MR-4.4.6 — remote write access, as an RDMA WRITE needs.
+        if self.access & crate::mr::ACCESS_REMOTE_WRITE == 0 {
+            return self.count(Err(MemError::Access));
+        }
+        if va & 7 != 0 {
+            return Err(MemError::Operation);
+        }
+        // Under the table held alone, as the other atomics run: none of them
+        // sees part of the store.
+        let r = self.sh.mrs.access_alone(self.sh.keys, rkey, self.pd, va, 8, Need::RemoteWrite, |m, iova, o| {
+            m.write(iova, o, bytes)
+        });
+        self.count(r)
+    }
+
+    fn flush_remote(&mut self, rkey: u32, va: u64, len: u32, what: proto::Flush) -> Result<(), MemError> {
+        // Spec: MR-4.4.7 — each placement type asked needs its flush right on the
+        // QP and on the region. No region ever has the persistent right: the
+        // device does not offer it (`IB_DEVICE_FLUSH_PERSISTENT`), so ib_core
+        // refuses to register one.
+        let mut rights = 0;
+        if what.global {
+            rights |= crate::mr::ACCESS_FLUSH_GLOBAL;
+        }
+        if what.persistent {
+            rights |= crate::mr::ACCESS_FLUSH_PERSISTENT;
+        }
+        if self.access & rights != rights {
+            return self.count(Err(MemError::Access));
+        }
+        let range = (!what.whole_region).then_some((va, u64::from(len)));
+        // The copies that placed the earlier messages ran under the table's lock;
+        // taking it orders them before this, and a CPU's stores to ordinary
+        // memory are then visible to all: global visibility needs nothing more.
+        let r = self.sh.mrs.check_rights(self.sh.keys, rkey, self.pd, range, rights);
+        self.count(r)
     }
 
     fn write_recv(&mut self, wr_id: u64, offset: u32, data: &[u8]) -> Result<(), MemError> {

@@ -43,7 +43,9 @@ impl IdTable {
             used.push(slot < reserved, GFP_KERNEL)?;
         }
         let salt = match layout {
-            Layout::Qpn => random & 0x3ff,
+            // Never the all-ones salt: 0xFFFFFF, its last QPN, is the multicast
+            // destination (spec MR-3.6.3).
+            Layout::Qpn => (random & 0x3ff).min(0x3fe),
             Layout::Key => random & 0xff,
         };
         Ok(try_pin_init!(Self {
@@ -107,6 +109,9 @@ mod tests {
         assert_eq!(t.slot_of(a), Some(2));
         t.free(a);
         assert_eq!(t.alloc()?, a);
+        // The last QPN of the all-ones salt would be the multicast QPN 0xFFFFFF.
+        let t = KBox::pin_init(IdTable::new(Layout::Qpn, 1 << 14, 2, 0x3ff)?, GFP_KERNEL)?;
+        assert_eq!(t.alloc()? >> 14, 0x3fe);
         Ok(())
     }
 

@@ -18,6 +18,7 @@ mod device;
 mod engine;
 mod ffi;
 mod ids;
+mod mcast;
 mod mr;
 mod net;
 #[path = "../proto/src/lib.rs"]

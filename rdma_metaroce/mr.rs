@@ -25,6 +25,10 @@ pub(crate) const ACCESS_REMOTE_WRITE: u32 = 2;
 pub(crate) const ACCESS_REMOTE_READ: u32 = 4;
 /// `IB_ACCESS_REMOTE_ATOMIC`.
 pub(crate) const ACCESS_REMOTE_ATOMIC: u32 = 8;
+/// `IB_ACCESS_FLUSH_GLOBAL`.
+pub(crate) const ACCESS_FLUSH_GLOBAL: u32 = 256;
+/// `IB_ACCESS_FLUSH_PERSISTENT`.
+pub(crate) const ACCESS_FLUSH_PERSISTENT: u32 = 512;
 
 /// Identity of a protection domain (the address of its `ib_pd`; compared, never
 /// dereferenced).
@@ -322,6 +326,22 @@ impl MrTable {
         let slot = keys.slot_of(key).ok_or(MemError::Access)?;
         let s = self.slots.write();
         Self::checked(&s, slot, key, pd, va, len, need, f)
+    }
+
+    /// Checks that `key` names a valid region of `pd` granting every right in
+    /// `rights` and, if given, that `(va, len)` lies within it (spec MR-9.2; a
+    /// FLUSH, MR-4.4.7, touches no byte itself).
+    pub(crate) fn check_rights(&self, keys: &IdTable, key: u32, pd: PdId, range: Option<(u64, u64)>, rights: u32) -> Result<(), MemError> {
+        let slot = keys.slot_of(key).ok_or(MemError::Access)?;
+        let s = self.slots.read();
+        let e = s.get(slot).and_then(|c| c.as_ref()).ok_or(MemError::Access)?;
+        if e.key != key || !e.valid || e.pd != pd || e.access & rights != rights {
+            return Err(MemError::Access);
+        }
+        match range {
+            Some((va, len)) if offset_in(e, va, len).is_none() => Err(MemError::Access),
+            _ => Ok(()),
+        }
     }
 
     /// Spec: MR-9.2 — key, PD, right and bounds, then `f`.

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Shared receive queues: size limits and the limit event threshold
-//! (`ibv_modify_srq` with `IBV_SRQ_LIMIT`). Receive WQEs posted to an SRQ are consumed
+//! Shared receive queues: size limits, resizing (`ibv_modify_srq` with
+//! `IBV_SRQ_MAX_WR`) and the limit event threshold (`IBV_SRQ_LIMIT`). Receive WQEs posted to an SRQ are consumed
 //! by the data path of the QPs attached to it.
 
 use crate::engine::Sge;
@@ -136,19 +136,44 @@ impl Srq {
         self.q.lock().attrs.max_sge
     }
 
-    /// `modify_srq`: resizing is not offered (`EOPNOTSUPP`); the limit must not exceed
-    /// the queue size (`EINVAL`).
+    /// `modify_srq`: `resize` gives the queue room for that many WQEs, keeping
+    /// those posted in order (`EINVAL` for 0, beyond the device limit, for fewer
+    /// than are posted, or below the limit in force); `limit` arms the limit event
+    /// (`EINVAL` above the queue size, the new one if both are given).
     pub(crate) fn modify(&self, resize: Option<u32>, limit: Option<u32>) -> Result {
-        if resize.is_some() {
-            return Err(crate::ffi::eopnotsupp());
-        }
-        let mut q = self.q.lock();
-        if let Some(l) = limit {
-            if l > q.attrs.max_wr {
-                return Err(EINVAL);
+        // The new storage is allocated before the lock (nothing allocates under it);
+        // whatever the swap leaves in `spare` is freed after the lock is released.
+        let mut spare = match resize {
+            Some(n) if n == 0 || n > MAX_QP_WR => return Err(EINVAL),
+            Some(n) => {
+                let max_sge = self.max_sge() as usize;
+                Some((KVec::from_elem(None, n as usize, GFP_KERNEL)?, KVec::from_elem(Sge::default(), n as usize * max_sge, GFP_KERNEL)?))
             }
-            q.attrs.limit = l;
+            None => None,
+        };
+        let mut q = self.q.lock();
+        let max_wr = resize.unwrap_or(q.attrs.max_wr);
+        let new_limit = limit.unwrap_or(q.attrs.limit);
+        if new_limit > max_wr || q.len() > max_wr {
+            return Err(EINVAL);
         }
+        if let Some((wqes, sges)) = spare.as_mut() {
+            let max_sge = q.attrs.max_sge as usize;
+            for k in 0..q.len() {
+                let from = q.slot(q.head.wrapping_add(k));
+                let to = k as usize;
+                wqes[to] = q.wqes[from].take();
+                sges[to * max_sge..(to + 1) * max_sge].copy_from_slice(&q.sges[from * max_sge..(from + 1) * max_sge]);
+            }
+            q.tail = q.len();
+            q.head = 0;
+            core::mem::swap(&mut q.wqes, wqes);
+            core::mem::swap(&mut q.sges, sges);
+            q.attrs.max_wr = max_wr;
+        }
+        q.attrs.limit = new_limit;
+        drop(q);
+        drop(spare);
         Ok(())
     }
 }
@@ -166,7 +191,45 @@ mod tests {
         assert_eq!(srq.modify(None, Some(65)), Err(EINVAL));
         assert_eq!(srq.modify(None, Some(16)), Ok(()));
         assert_eq!(srq.attrs().limit, 16);
-        assert_eq!(srq.modify(Some(128), None), Err(crate::ffi::eopnotsupp()));
+        // Below the limit in force.
+        assert_eq!(srq.modify(Some(8), None), Err(EINVAL));
+        assert_eq!(srq.modify(Some(MAX_QP_WR + 1), None), Err(EINVAL));
+        assert_eq!(srq.modify(Some(128), None), Ok(()));
+        assert_eq!(srq.attrs().max_wr, 128);
+        Ok(())
+    }
+
+    #[test]
+    fn resizing_keeps_posted_wqes_in_order() -> Result {
+        let srq = KBox::pin_init(Srq::new(SrqAttrs { max_wr: 3, max_sge: 2, limit: 0 })?, GFP_KERNEL)?;
+        let s = |a| Sge { addr: a, length: 8, lkey: 1 };
+        let mut out = [Sge::default(); 2];
+        // Wrap the ring first, so the posted WQEs do not start at slot 0.
+        srq.post_recv(9, &[])?;
+        srq.take(&mut out).ok_or(EINVAL)?;
+        srq.post_recv(1, &[s(0x10)])?;
+        srq.post_recv(2, &[s(0x20), s(0x30)])?;
+        srq.post_recv(3, &[])?;
+        // Fewer slots than WQEs posted.
+        assert_eq!(srq.modify(Some(2), None), Err(EINVAL));
+        srq.modify(Some(5), Some(2))?;
+        assert_eq!(srq.attrs(), SrqAttrs { max_wr: 5, max_sge: 2, limit: 2 });
+        srq.post_recv(4, &[s(0x40)])?;
+        srq.post_recv(5, &[])?;
+        assert_eq!(srq.post_recv(6, &[]), Err(ENOMEM));
+        let t = srq.take(&mut out).ok_or(EINVAL)?;
+        assert_eq!((t.wr_id, t.nsge, out[0].addr), (1, 1, 0x10));
+        let t = srq.take(&mut out).ok_or(EINVAL)?;
+        assert_eq!((t.wr_id, t.nsge, out[0].addr, out[1].addr), (2, 2, 0x20, 0x30));
+        let t = srq.take(&mut out).ok_or(EINVAL)?;
+        assert_eq!((t.wr_id, t.nsge), (3, 0));
+        let t = srq.take(&mut out).ok_or(EINVAL)?;
+        assert_eq!((t.wr_id, out[0].addr), (4, 0x40));
+        // One WQE left, under the limit of 2.
+        assert!(srq.take_limit_event());
+        srq.modify(Some(1), None)?;
+        assert_eq!(srq.take(&mut out).map(|t| t.wr_id), Some(5));
+        assert!(srq.take(&mut out).is_none());
         Ok(())
     }
 

@@ -13,7 +13,7 @@
 //! range 198.18.0.0/15; any other address is refused.
 
 use metaroce_proto::{
-    AtomicOp, CcConfig, Completion, Config, Connection, Duration, Ecn, Instant, LocalMemory,
+    AtomicOp, CcConfig, Completion, Config, Connection, Duration, Ecn, Flush, Instant, LocalMemory,
     MemError, PathStatus, QpState, RecvWr, Responder, SendWr, WcOpcode, WcStatus, WrOpcode,
     WR_FENCE, WR_SIGNALED, WR_SOLICITED,
 };
@@ -26,6 +26,8 @@ const ACC_READ: u8 = 1;
 const ACC_WRITE: u8 = 2;
 const ACC_ATOMIC: u8 = 4;
 const ACC_INVALIDATE: u8 = 8;
+/// `IBV_ACCESS_FLUSH_GLOBAL` (MR-4.4.7; this memory is never persistent).
+const ACC_FLUSH_GLOBAL: u8 = 16;
 
 fn allowed_addr(a: Ipv4Addr) -> bool {
     let o = a.octets();
@@ -110,6 +112,21 @@ impl Responder for MemView<'_> {
         b.get_mut(s..e).ok_or(MemError::Access)?.copy_from_slice(data);
         self.events
             .push(format!("R,{:#x},{},{:#x},{}", self.qpn, wr_id, offset, data.len()));
+        Ok(())
+    }
+    fn flush_remote(&mut self, rkey: u32, va: u64, len: u32, what: Flush) -> Result<(), MemError> {
+        // Plain process memory: global visibility with the right, never persistence.
+        let mr = self.mrs.get(&rkey).ok_or(MemError::Access)?;
+        if what.persistent || !what.global {
+            return Err(MemError::Access);
+        }
+        if what.whole_region {
+            mr.range(mr.base, 0, ACC_FLUSH_GLOBAL)?;
+        } else {
+            mr.range(va, len as usize, ACC_FLUSH_GLOBAL)?;
+        }
+        self.events
+            .push(format!("F,{:#x},{:#x},{:#x},{}", self.qpn, rkey, va, len));
         Ok(())
     }
     fn invalidate(&mut self, rkey: u32) -> Result<(), MemError> {
@@ -229,6 +246,8 @@ fn opcode_name(o: WcOpcode) -> &'static str {
         WcOpcode::RecvRdmaWithImm => "recv_imm",
         WcOpcode::RegMr => "reg_mr",
         WcOpcode::LocalInv => "local_inv",
+        WcOpcode::AtomicWrite => "atomic_write",
+        WcOpcode::Flush => "flush",
     }
 }
 
@@ -548,6 +567,7 @@ impl Endpoint {
                         'w' => ACC_WRITE,
                         'a' => ACC_ATOMIC,
                         'i' => ACC_INVALIDATE,
+                        'g' => ACC_FLUSH_GLOBAL,
                         '-' => 0,
                         _ => return Err("bad access".into()),
                     };
@@ -628,6 +648,7 @@ impl Endpoint {
                         a.num_or("swap", 0)?,
                     ),
                     "faa" => SendWr::faa(wr_id, va, rkey, a.num_or("add", 0)?),
+                    "atomic_write" => SendWr::atomic_write(wr_id, va, rkey),
                     o => return Err(format!("bad op {o}")),
                 };
                 let mut flags = WR_SIGNALED;

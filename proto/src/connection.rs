@@ -18,7 +18,7 @@ use super::cc::{AckSignal, BaseRtt, CcConfig, PathCc};
 use super::sack::Bits256;
 use super::time::{Duration, Instant};
 use super::verbs::{
-    AtomicOp, Completion, Ecn, LocalMemory, MemError, Memory, PostError, RecvWr, Responder, SendWr,
+    AtomicOp, Completion, Ecn, Flush, LocalMemory, MemError, Memory, PostError, RecvWr, Responder, SendWr,
     Transmit, WcOpcode, WcStatus, WrOpcode, WR_FENCE, WR_SIGNALED, WR_SOLICITED,
 };
 use super::wire::{
@@ -1047,11 +1047,14 @@ impl Connection {
 
     /// Posts a send-queue work request.
     pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
-        // Spec: MR-2.2.3 (message size), MR-4.4.5 (atomic alignment).
+        // Spec: MR-2.2.3 (message size), MR-4.4.5 (atomic alignment),
+        // MR-4.4.6 (ATOMIC_WRITE: 8 aligned bytes).
+        let eight_aligned = wr.len == 8 && wr.remote_va & 7 == 0;
         if wr.len > MAX_MSG
-            || (wr.opcode.has_response()
-                && wr.opcode != WrOpcode::Read
-                && (wr.len != 8 || wr.remote_va & 7 != 0))
+            || (wr.opcode.has_response() && wr.opcode != WrOpcode::Read && !eight_aligned)
+            || (wr.opcode == WrOpcode::AtomicWrite && !eight_aligned)
+            // Spec: MR-3.3.5 — a FLUSH names a placement type.
+            || (wr.opcode == WrOpcode::Flush && Flush::from_bits(wr.imm).is_none())
         {
             return Err(PostError::Invalid);
         }
@@ -1440,11 +1443,12 @@ impl Connection {
             }
             if let Some(a) = atomic {
                 s.atomic = a;
-                if req.remote_va & 7 != 0 {
-                    // Spec: MR-4.4.5 — misaligned atomic is an invalid request.
-                    s.err = Syndrome::NakInvalid as u8;
-                    s.err_tsn = base.tsn;
-                }
+            }
+            if (atomic.is_some() || op == Opcode::AtomicWrite) && req.remote_va & 7 != 0 {
+                // Spec: MR-4.4.5, MR-4.4.6 — a misaligned atomic or ATOMIC_WRITE
+                // is an invalid request.
+                s.err = Syndrome::NakInvalid as u8;
+                s.err_tsn = base.tsn;
             }
             if req.msg_len > MAX_MSG {
                 s.err = Syndrome::NakInvalid as u8;
@@ -1489,7 +1493,11 @@ impl Connection {
             // Spec: MR-4.3.3 — the final bytes of a message are placed only
             // once the message (and every earlier one) is complete.
             let now_deliverable = complete && req.msn == self.msg_cum;
-            let t = if last && !now_deliverable {
+            let t = if op == Opcode::AtomicWrite {
+                // Spec: MR-4.4.6 — an ATOMIC_WRITE's 8 bytes are stored at its
+                // delivery turn, as one unit; they wait in the stash.
+                payload.len().min(TAIL_STASH)
+            } else if last && !now_deliverable {
                 payload.len().min(TAIL_STASH)
             } else {
                 0
@@ -1533,7 +1541,13 @@ impl Connection {
             let mut err = Syndrome::from_u8(s.err).filter(|e| e.is_fatal());
             if err.is_none() && s.tail_len > 0 {
                 let tail = s.tail.get(..s.tail_len as usize).unwrap_or(&[]);
-                if let Err(e) = place(mem, &s, s.tail_off, tail.into(), tail.len()) {
+                let r = match (op, <&[u8; 8]>::try_from(tail)) {
+                    // Spec: MR-4.4.6 — stored at the delivery turn, as one unit.
+                    (Opcode::AtomicWrite, Ok(bytes)) => mem.atomic_write_remote(s.rkey, s.va, bytes),
+                    (Opcode::AtomicWrite, Err(_)) => Err(MemError::Operation),
+                    _ => place(mem, &s, s.tail_off, tail.into(), tail.len()),
+                };
+                if let Err(e) = r {
                     err = Some(mem_syndrome(e));
                 }
             }
@@ -1581,6 +1595,14 @@ impl Connection {
                     }
                     Opcode::SendInv if mem.invalidate(s.imm).is_err() => {
                         err = Some(Syndrome::NakRemoteOp);
+                    }
+                    // Spec: MR-4.4.7 — a FLUSH executes at its delivery turn, after
+                    // every earlier message has been placed.
+                    Opcode::Flush => {
+                        let what = Flush::from_bits(s.imm).unwrap_or_default();
+                        if let Err(e) = mem.flush_remote(s.rkey, s.va, s.msg_len, what) {
+                            err = Some(mem_syndrome(e));
+                        }
                     }
                     _ => {}
                 }
@@ -2762,7 +2784,7 @@ impl Connection {
                 offset: k.offset,
                 msg_len: e.wr.len,
                 imm: match e.wr.opcode {
-                    WrOpcode::SendImm | WrOpcode::SendInv | WrOpcode::WriteImm => e.wr.imm,
+                    WrOpcode::SendImm | WrOpcode::SendInv | WrOpcode::WriteImm | WrOpcode::Flush => e.wr.imm,
                     _ => 0,
                 },
                 rkey: e.wr.rkey,

@@ -112,7 +112,7 @@ pub use self::connection::{
 };
 pub use self::time::{Duration, Instant};
 pub use self::verbs::{
-    rnr_timer_code_for_verbs, verbs_rnr_timer_ns, AtomicOp, Completion, Ecn, LocalMemory, MemError,
+    rnr_timer_code_for_verbs, verbs_rnr_timer_ns, AtomicOp, Completion, Ecn, Flush, LocalMemory, MemError,
     Memory, PostError, RecvWr, Responder, SendWr, Transmit, WcOpcode, WcStatus, WrOpcode, WR_FENCE,
     WR_SIGNALED, WR_SOLICITED,
 };

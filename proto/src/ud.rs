@@ -12,6 +12,10 @@ use super::wire::{BaseRepr, Body, Flags, Opcode, PacketRepr, UdRepr, WireError};
 /// Q_Key" (verbs semantics, MR-3.6.2).
 pub const QKEY_USE_QP: u32 = 0x8000_0000;
 
+/// Destination QPN of a datagram sent to a multicast group (MR-3.6.3); never
+/// the number of a QP.
+pub const MULTICAST_QPN: u32 = 0x00ff_ffff;
+
 /// Why a received datagram was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UdDrop {
@@ -44,7 +48,9 @@ pub struct UdDatagram<'a> {
 
 /// Validates a received UD packet for QP `qpn` with Q_Key `qkey`, given the
 /// length of the next posted receive buffer (`None` if none is posted).
-/// Spec: MR-3.6.2.
+/// A datagram to [`MULTICAST_QPN`] is accepted as addressed to `qpn`: the
+/// caller hands such a datagram only to the QPs attached to its group.
+/// Spec: MR-3.6.2, MR-3.6.3.
 pub fn accept_datagram<'a>(
     bytes: &'a [u8],
     qpn: u32,
@@ -59,7 +65,7 @@ pub fn accept_datagram<'a>(
     let payload = payload
         .as_slice()
         .ok_or(UdDrop::Wire(WireError::Truncated))?;
-    if p.base.dest_qpn != qpn & 0x00ff_ffff {
+    if p.base.dest_qpn != qpn & 0x00ff_ffff && p.base.dest_qpn != MULTICAST_QPN {
         return Err(UdDrop::WrongQpn);
     }
     if ud.qkey != qkey {
@@ -172,6 +178,14 @@ mod tests {
         assert_eq!(
             accept_datagram(&buf[..n], 0x42, 0x1111, Some(1)),
             Err(UdDrop::TooLong)
+        );
+        // Spec: MR-3.6.3 — to a group: any attached QP takes it, Q_Key still checked.
+        let m = UdSend { dest_qpn: MULTICAST_QPN, ..d };
+        let n = emit_datagram(&mut buf, Instant(1), &m).unwrap();
+        assert_eq!(accept_datagram(&buf[..n], 0x43, 0x1111, Some(8)).map(|r| r.src_qpn), Ok(7));
+        assert_eq!(
+            accept_datagram(&buf[..n], 0x43, 0x2222, Some(8)),
+            Err(UdDrop::BadQkey)
         );
     }
 }

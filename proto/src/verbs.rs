@@ -22,6 +22,12 @@ pub enum WrOpcode {
     AtomicCas,
     /// `IB_WR_ATOMIC_FETCH_AND_ADD`.
     AtomicFaa,
+    /// `IB_WR_ATOMIC_WRITE`: 8 bytes of local memory stored at the remote address
+    /// as one unit (MR-4.4.6).
+    AtomicWrite,
+    /// `IB_WR_FLUSH`: the responder makes what earlier messages placed visible
+    /// (MR-4.4.7); `len` is the range's length, `imm` the [`Flush`] bits.
+    Flush,
 }
 
 impl WrOpcode {
@@ -37,6 +43,8 @@ impl WrOpcode {
             WrOpcode::Read => O::ReadReq,
             WrOpcode::AtomicCas => O::AtomicCas,
             WrOpcode::AtomicFaa => O::AtomicFaa,
+            WrOpcode::AtomicWrite => O::AtomicWrite,
+            WrOpcode::Flush => O::Flush,
         }
     }
     /// True for RDMA READ and atomics (they produce responses, MR-4.4).
@@ -149,6 +157,24 @@ impl SendWr {
             ..Self::base(wr_id, WrOpcode::AtomicFaa, 8)
         }
     }
+    /// A signaled ATOMIC_WRITE of the 8 local bytes to `(rkey, remote_va)`.
+    pub fn atomic_write(wr_id: u64, remote_va: u64, rkey: u32) -> Self {
+        SendWr {
+            remote_va,
+            rkey,
+            ..Self::base(wr_id, WrOpcode::AtomicWrite, 8)
+        }
+    }
+    /// A signaled FLUSH of `len` bytes at `(rkey, remote_va)` (or of the whole
+    /// region, as `what` says).
+    pub fn flush(wr_id: u64, remote_va: u64, rkey: u32, len: u32, what: Flush) -> Self {
+        SendWr {
+            remote_va,
+            rkey,
+            imm: what.to_bits(),
+            ..Self::base(wr_id, WrOpcode::Flush, len)
+        }
+    }
     /// Returns a copy with `flags` replaced.
     pub fn with_flags(self, flags: u8) -> Self {
         SendWr { flags, ..self }
@@ -231,6 +257,10 @@ pub enum WcOpcode {
     RegMr,
     /// `IB_WC_LOCAL_INV`: a local invalidation the local device executed (no packet).
     LocalInv,
+    /// `IB_WC_ATOMIC_WRITE`.
+    AtomicWrite,
+    /// `IB_WC_FLUSH`.
+    Flush,
 }
 
 impl WcOpcode {
@@ -242,6 +272,8 @@ impl WcOpcode {
             WrOpcode::Read => WcOpcode::RdmaRead,
             WrOpcode::AtomicCas => WcOpcode::CompSwap,
             WrOpcode::AtomicFaa => WcOpcode::FetchAdd,
+            WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
+            WrOpcode::Flush => WcOpcode::Flush,
         }
     }
     /// True for receive-queue completions.
@@ -280,6 +312,48 @@ pub enum MemError {
     Operation,
 }
 
+/// What a FLUSH asks of the responder (MR-3.3.5, MR-4.4.7): the placement
+/// type (verbs `ibv_placement_type`) and the selectivity level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Flush {
+    /// Global visibility (`IBV_FLUSH_GLOBAL`).
+    pub global: bool,
+    /// Persistence (`IBV_FLUSH_PERSISTENT`).
+    pub persistent: bool,
+    /// The whole region the R_Key names (`IBV_FLUSH_MR`), not just the range.
+    pub whole_region: bool,
+}
+
+impl Flush {
+    /// Wire bit of [`Flush::global`] (the verbs value).
+    pub const GLOBAL: u32 = 0x1;
+    /// Wire bit of [`Flush::persistent`] (the verbs value).
+    pub const PERSISTENT: u32 = 0x2;
+    /// Wire bit of [`Flush::whole_region`].
+    pub const WHOLE_REGION: u32 = 0x100;
+
+    /// The request header's `Immediate` field of a FLUSH (MR-3.3.5).
+    pub const fn to_bits(self) -> u32 {
+        (if self.global { Self::GLOBAL } else { 0 })
+            | (if self.persistent { Self::PERSISTENT } else { 0 })
+            | (if self.whole_region { Self::WHOLE_REGION } else { 0 })
+    }
+
+    /// Decodes the `Immediate` field of a FLUSH: `None` without a placement
+    /// type or with a reserved bit set (MR-3.3.5).
+    pub const fn from_bits(v: u32) -> Option<Flush> {
+        let types = Self::GLOBAL | Self::PERSISTENT;
+        if v & !(types | Self::WHOLE_REGION) != 0 || v & types == 0 {
+            return None;
+        }
+        Some(Flush {
+            global: v & Self::GLOBAL != 0,
+            persistent: v & Self::PERSISTENT != 0,
+            whole_region: v & Self::WHOLE_REGION != 0,
+        })
+    }
+}
+
 /// An atomic operation on 8 bytes of registered memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AtomicOp {
@@ -314,6 +388,24 @@ pub trait Responder {
     /// Executes an atomic at `(rkey, va)`, returning the original value.
     /// Called exactly once per atomic request (MR-5.6.1).
     fn atomic_remote(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError>;
+    /// Stores the 8 bytes of an ATOMIC_WRITE at `(rkey, va)` (8-byte aligned) as
+    /// one unit: no atomic of this responder sees part of it (MR-4.4.6). Needs
+    /// remote write access, as an RDMA WRITE does. The default is
+    /// [`Responder::write_remote`], which is enough where nothing else touches
+    /// the memory concurrently.
+    fn atomic_write_remote(&mut self, rkey: u32, va: u64, bytes: &[u8; 8]) -> Result<(), MemError> {
+        self.write_remote(rkey, va, bytes)
+    }
+    /// Carries out a FLUSH (MR-4.4.7) of `len` bytes at `(rkey, va)`, or of the
+    /// whole region `rkey` names: checks the key, protection domain, bounds
+    /// (unless the whole region) and the flush rights the placement types need,
+    /// then makes what was placed there visible as asked. Called at the FLUSH's
+    /// delivery turn, so every earlier message of the QP has been placed. The
+    /// default refuses every FLUSH (no region grants a flush right).
+    fn flush_remote(&mut self, rkey: u32, va: u64, len: u32, what: Flush) -> Result<(), MemError> {
+        let _ = (rkey, va, len, what);
+        Err(MemError::Access)
+    }
     /// Places `data` at `offset` of the posted receive buffer `wr_id`.
     fn write_recv(&mut self, wr_id: u64, offset: u32, data: &[u8]) -> Result<(), MemError>;
     /// Invalidates `rkey` (SEND_INV).

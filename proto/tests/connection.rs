@@ -1474,3 +1474,160 @@ fn transmits_say_which_packets_are_acks() {
     assert!(acks > 0 && others > 0, "{acks} ACKs, {others} others");
     assert_eq!(t.comps_a().len(), 3);
 }
+
+/// `p` (a request packet) with its request header changed by `f`, re-emitted.
+fn with_request(p: &[u8], payload: Option<&[u8]>, f: impl Fn(&mut wire::RequestRepr)) -> Vec<u8> {
+    let mut r = wire::PacketRepr::parse(p).expect("a packet of ours");
+    match &mut r.body {
+        wire::Body::Request { req, payload: pl, .. } => {
+            f(req);
+            if let Some(bytes) = payload {
+                *pl = wire::Payload::contiguous(bytes);
+            }
+        }
+        _ => panic!("not a request"),
+    }
+    let mut buf = vec![0; r.buffer_len()];
+    let n = r.emit(&mut buf).expect("emit");
+    buf.truncate(n);
+    buf
+}
+
+#[test]
+fn atomic_write_is_stored_whole_at_its_delivery_turn() {
+    // Spec: MR-4.4.6 — an ATOMIC_WRITE that overtakes the WRITE before it is
+    // stored after that WRITE, not on arrival.
+    let mut t = Pair::new(|_| {});
+    let value = 0x1122_3344_5566_7788u64.to_ne_bytes();
+    t.ma.set_local(1, vec![0xaa; 100]);
+    t.ma.set_local(2, value.to_vec());
+    t.a.post_send(SendWr::write(1, 100, 0x1000, 0x77)).unwrap();
+    t.a.post_send(SendWr::atomic_write(2, 0x1008, 0x77)).unwrap();
+    let pa = t.out_a();
+    assert_eq!(pa.len(), 2);
+    let kinds: Vec<_> = pa.iter().map(|p| wire::PacketRepr::parse(&p.1).unwrap().base.opcode).collect();
+    assert_eq!(kinds, vec![wire::Opcode::Write, wire::Opcode::AtomicWrite]);
+    t.deliver_b(&pa[1]);
+    assert_eq!(&t.mb.region(0x77)[8..16], &[0; 8], "not stored before its turn");
+    t.deliver_b(&pa[0]);
+    assert_eq!(&t.mb.region(0x77)[8..16], &value, "stored after the WRITE before it");
+    assert!(t.mb.region(0x77)[16..100].iter().all(|b| *b == 0xaa));
+    t.run(5);
+    let c: Vec<_> = t.comps_a().iter().map(|c| (c.wr_id, c.opcode, c.status, c.byte_len)).collect();
+    assert_eq!(
+        c,
+        vec![
+            (1, WcOpcode::RdmaWrite, WcStatus::Success, 100),
+            (2, WcOpcode::AtomicWrite, WcStatus::Success, 8)
+        ]
+    );
+    assert!(t.comps_b().is_empty(), "an ATOMIC_WRITE consumes no receive");
+}
+
+#[test]
+fn atomic_write_needs_eight_aligned_bytes() {
+    // Spec: MR-4.4.6 (the requester refuses to post), MR-3.3.4 (a receiver
+    // discards a packet of another size), MR-4.4.5 (a misaligned address is an
+    // invalid request).
+    let mut t = Pair::new(|_| {});
+    assert_eq!(t.a.post_send(SendWr::atomic_write(1, 0x1004, 0x77)), Err(PostError::Invalid));
+    let long = SendWr { len: 16, ..SendWr::atomic_write(1, 0x1000, 0x77) };
+    assert_eq!(t.a.post_send(long), Err(PostError::Invalid));
+    t.ma.set_local(2, vec![5; 8]);
+    t.a.post_send(SendWr::atomic_write(2, 0x1000, 0x77)).unwrap();
+    let pa = t.out_a();
+    let sixteen = with_request(&pa[0].1, Some(&[5; 16]), |r| r.msg_len = 16);
+    assert_eq!(wire::PacketRepr::parse(&sixteen), Err(wire::WireError::Malformed));
+    let before = t.b.stats().rx_invalid;
+    t.deliver_b(&(pa[0].0, sixteen));
+    assert_eq!(t.b.stats().rx_invalid, before + 1, "counted");
+    assert!(t.out_b().is_empty(), "discarded, not answered");
+    let misaligned = with_request(&pa[0].1, None, |r| r.remote_va = 0x1004);
+    t.deliver_b(&(pa[0].0, misaligned));
+    t.run(5);
+    let c = t.comps_a();
+    assert_eq!((c[0].wr_id, c[0].status), (2, WcStatus::RemInvReqErr));
+    assert_eq!(&t.mb.region(0x77)[..16], &[0; 16], "nothing stored");
+    assert_eq!(t.b.state(), QpState::Error);
+}
+
+#[test]
+fn atomic_write_to_a_key_without_access_is_a_remote_access_error() {
+    // Spec: MR-4.4.6, MR-7.3.2.
+    let mut t = Pair::new(|_| {});
+    t.ma.set_local(1, vec![3; 8]);
+    t.a.post_send(SendWr::atomic_write(1, 0x1000, 0xbad)).unwrap();
+    t.run(5);
+    let c = t.comps_a();
+    assert_eq!((c[0].wr_id, c[0].opcode, c[0].status), (1, WcOpcode::AtomicWrite, WcStatus::RemAccessErr));
+    assert_eq!(t.b.state(), QpState::Error);
+}
+
+#[test]
+fn flush_executes_at_its_delivery_turn_and_checks_its_rights() {
+    // Spec: MR-4.4.7 — a FLUSH that overtakes the WRITE before it is carried out
+    // only after that WRITE has been placed; MR-3.3.5 — its bits travel in the
+    // request header.
+    let mut t = Pair::new(|_| {});
+    t.ma.set_local(1, vec![0xaa; 100]);
+    let global = Flush { global: true, ..Flush::default() };
+    t.a.post_send(SendWr::write(1, 100, 0x1000, 0x77)).unwrap();
+    t.a.post_send(SendWr::flush(2, 0x1000, 0x77, 100, global)).unwrap();
+    let pa = t.out_a();
+    assert_eq!(pa.len(), 2);
+    match wire::PacketRepr::parse(&pa[1].1).unwrap().body {
+        wire::Body::Request { req, payload, .. } => {
+            assert_eq!((req.imm, req.msg_len, payload.len()), (Flush::GLOBAL, 100, 0));
+        }
+        b => panic!("{b:?}"),
+    }
+    t.deliver_b(&pa[1]);
+    assert!(t.mb.flushes.is_empty(), "not before its turn");
+    t.deliver_b(&pa[0]);
+    assert_eq!(t.mb.flushes, vec![(0x77, 0x1000, 100, global)]);
+    t.run(5);
+    let c: Vec<_> = t.comps_a().iter().map(|c| (c.wr_id, c.opcode, c.status)).collect();
+    assert_eq!(
+        c,
+        vec![(1, WcOpcode::RdmaWrite, WcStatus::Success), (2, WcOpcode::Flush, WcStatus::Success)]
+    );
+    // The whole region: no range to check.
+    let whole = Flush { global: true, whole_region: true, ..Flush::default() };
+    t.a.post_send(SendWr::flush(3, 0, 0x77, 12_345_678, whole)).unwrap();
+    t.run(5);
+    assert_eq!(t.comps_a()[0].status, WcStatus::Success);
+    // A type the region cannot give is an access error, fatal to both ends.
+    let persistent = Flush { persistent: true, ..Flush::default() };
+    t.a.post_send(SendWr::flush(4, 0x1000, 0x77, 8, persistent)).unwrap();
+    t.run(5);
+    assert_eq!(t.comps_a()[0].status, WcStatus::RemAccessErr);
+    assert_eq!(t.b.state(), QpState::Error);
+    assert_eq!(t.mb.flushes.len(), 2);
+}
+
+#[test]
+fn flush_without_a_placement_type_is_refused_and_discarded() {
+    // Spec: MR-3.3.5.
+    let mut t = Pair::new(|_| {});
+    let none = SendWr { imm: 0, ..SendWr::flush(1, 0x1000, 0x77, 8, Flush::default()) };
+    assert_eq!(t.a.post_send(none), Err(PostError::Invalid));
+    let reserved = SendWr { imm: Flush::GLOBAL | 0x4, ..none };
+    assert_eq!(t.a.post_send(reserved), Err(PostError::Invalid));
+    let global = Flush { global: true, ..Flush::default() };
+    t.a.post_send(SendWr::flush(2, 0x1000, 0x77, 8, global)).unwrap();
+    let pa = t.out_a();
+    for (imm, payload, offset) in [(0, None, 0), (Flush::GLOBAL | 0x4, None, 0), (Flush::GLOBAL, Some(&[1u8; 8][..]), 0), (Flush::GLOBAL, None, 8)] {
+        let bad = with_request(&pa[0].1, payload, |r| {
+            r.imm = imm;
+            r.offset = offset;
+        });
+        assert_eq!(wire::PacketRepr::parse(&bad), Err(wire::WireError::Malformed), "imm {imm:#x} offset {offset}");
+        let before = t.b.stats().rx_invalid;
+        t.deliver_b(&(pa[0].0, bad));
+        assert_eq!(t.b.stats().rx_invalid, before + 1);
+    }
+    assert!(t.out_b().is_empty());
+    t.deliver_b(&pa[0]);
+    t.run(5);
+    assert_eq!(t.comps_a()[0].status, WcStatus::Success);
+}

@@ -183,13 +183,41 @@ int metaroce_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 	return cq->path->req_notify(cq, solicited_only);
 }
 
+/*
+ * A CQ with a mapped ring gets a new one from the module, holding the
+ * completions not yet polled; polling is held off (the ring's lock) from
+ * before the command until the new ring is mapped, so nothing is consumed
+ * from the old ring after the module copied it.
+ */
 int metaroce_resize_cq(struct ibv_cq *ibcq, int cqe)
 {
+	struct metaroce_cq *cq = to_mcq(ibcq);
+	struct metaroce_uring *r = &cq->ring;
 	struct ibv_resize_cq cmd = {};
-	struct ib_uverbs_resize_cq_resp resp = {};
+	struct {
+		struct ib_uverbs_resize_cq_resp ibv_resp;
+		struct metaroce_resize_cq_resp drv;
+	} resp = {};
+	int ret;
 
-	return ibv_cmd_resize_cq(ibcq, cqe, &cmd, sizeof(cmd), &resp,
-				 sizeof(resp));
+	if (cqe <= 0)
+		return EINVAL;
+	pthread_mutex_lock(&cq->lock);
+	if (!r->num) {
+		ret = ibv_cmd_resize_cq(ibcq, cqe, &cmd, sizeof(cmd),
+					&resp.ibv_resp, sizeof(resp.ibv_resp));
+		pthread_mutex_unlock(&cq->lock);
+		return ret;
+	}
+	pthread_spin_lock(&r->lock);
+	ret = ibv_cmd_resize_cq(ibcq, cqe, &cmd, sizeof(cmd), &resp.ibv_resp,
+				sizeof(resp));
+	if (!ret)
+		ret = metaroce_uring_remap(ibcq->context, r, &resp.drv.cq,
+					   sizeof(struct ib_uverbs_wc));
+	pthread_spin_unlock(&r->lock);
+	pthread_mutex_unlock(&cq->lock);
+	return ret;
 }
 
 int metaroce_destroy_cq(struct ibv_cq *ibcq)

@@ -59,6 +59,11 @@ int metaroce_uring_map(struct ibv_context *ctx, struct metaroce_uring *r,
 		       const struct metaroce_ring_info *info,
 		       size_t min_entry_size);
 void metaroce_uring_unmap(struct metaroce_uring *r);
+/* Replaces a mapped ring by the one info names (a resize), keeping r->lock,
+ * which the caller holds. */
+int metaroce_uring_remap(struct ibv_context *ctx, struct metaroce_uring *r,
+			 const struct metaroce_ring_info *info,
+			 size_t min_entry_size);
 
 /* Data path of one CQ. v1: metaroce_cq_cmd_path (ibv_cmd_poll_cq, ...). */
 struct metaroce_cq_path {
@@ -219,7 +224,8 @@ int metaroce_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
 	(IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |                  \
 	 IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |      \
 	 IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |        \
-	 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV)
+	 IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV |  \
+	 IBV_QP_EX_WITH_ATOMIC_WRITE | IBV_QP_EX_WITH_FLUSH)
 void metaroce_wr_api_init(struct metaroce_qp *qp);
 void metaroce_wr_api_cleanup(struct metaroce_qp *qp);
 

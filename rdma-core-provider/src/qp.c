@@ -63,6 +63,8 @@ static int ring_check_send(struct metaroce_qp *qp, const struct ibv_send_wr *wr,
 	case IBV_WR_RDMA_READ:
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+	case IBV_WR_ATOMIC_WRITE:
+	case IBV_WR_FLUSH:
 		break;
 	default:
 		return EINVAL;
@@ -75,6 +77,24 @@ static int ring_check_send(struct metaroce_qp *qp, const struct ibv_send_wr *wr,
 	if (len > (1ull << 31))
 		return EINVAL;
 	*inline_len = 0;
+	/* FLUSH (as wr_flush lays it out): no data, a placement type, no
+	 * reserved bit, a length that fits the wire (MetaRoCE MR-3.3.5). */
+	if (wr->opcode == IBV_WR_FLUSH) {
+		uint32_t types = METAROCE_FLUSH_GLOBAL | METAROCE_FLUSH_PERSISTENT;
+
+		if (wr->num_sge || !(wr->imm_data & types) ||
+		    wr->imm_data & ~(types | METAROCE_FLUSH_WHOLE_REGION) ||
+		    wr->wr.atomic.compare_add > UINT32_MAX)
+			return EINVAL;
+		return 0;
+	}
+	/* ATOMIC_WRITE: 8 bytes to an aligned address (MetaRoCE MR-4.4.6); as
+	 * inline data they go in the WQE's operand field, whatever max_inline. */
+	if (wr->opcode == IBV_WR_ATOMIC_WRITE) {
+		if (len != 8 || wr->wr.rdma.remote_addr % 8)
+			return EINVAL;
+		return 0;
+	}
 	if (wr->send_flags & IBV_SEND_INLINE) {
 		if (len > qp->max_inline)
 			return EINVAL;
@@ -94,7 +114,7 @@ static void ring_write_send(struct metaroce_qp *qp, void *slot,
 	w->opcode = wr->opcode;	/* enum ibv_wr_opcode = ib_uverbs_wr_opcode */
 	w->send_flags = wr->send_flags;
 	w->ex = wr->opcode == IBV_WR_SEND_WITH_INV ? wr->invalidate_rkey :
-						      wr->imm_data;
+						      wr->imm_data;	/* FLUSH: its bits */
 	w->remote_addr = 0;
 	w->rkey = 0;
 	w->compare_add = 0;
@@ -112,8 +132,14 @@ static void ring_write_send(struct metaroce_qp *qp, void *slot,
 	case IBV_WR_RDMA_WRITE:
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
 	case IBV_WR_RDMA_READ:
+	case IBV_WR_ATOMIC_WRITE:
 		w->remote_addr = wr->wr.rdma.remote_addr;
 		w->rkey = wr->wr.rdma.rkey;
+		break;
+	case IBV_WR_FLUSH:
+		w->remote_addr = wr->wr.atomic.remote_addr;
+		w->rkey = wr->wr.atomic.rkey;
+		w->compare_add = wr->wr.atomic.compare_add;
 		break;
 	case IBV_WR_ATOMIC_CMP_AND_SWP:
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
@@ -125,7 +151,20 @@ static void ring_write_send(struct metaroce_qp *qp, void *slot,
 	default:
 		break;
 	}
-	if (wr->send_flags & IBV_SEND_INLINE) {
+	if (wr->opcode == IBV_WR_ATOMIC_WRITE &&
+	    wr->send_flags & IBV_SEND_INLINE) {
+		/* The operand itself, in compare_add: no SGE, no inline flag. */
+		uint8_t *to = (uint8_t *)&w->compare_add;
+
+		w->send_flags &= ~IBV_SEND_INLINE;
+		w->num_sge = 0;
+		w->inline_len = 0;
+		for (i = 0; i < wr->num_sge; i++) {
+			memcpy(to, (void *)(uintptr_t)wr->sg_list[i].addr,
+			       wr->sg_list[i].length);
+			to += wr->sg_list[i].length;
+		}
+	} else if (wr->send_flags & IBV_SEND_INLINE) {
 		/* Inline data is copied now: the buffers are the caller's again
 		 * when ibv_post_send returns. */
 		w->num_sge = 0;

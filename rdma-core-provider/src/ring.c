@@ -49,3 +49,27 @@ void metaroce_uring_unmap(struct metaroce_uring *r)
 	r->map = NULL;
 	r->num = 0;
 }
+
+int metaroce_uring_remap(struct ibv_context *ctx, struct metaroce_uring *r,
+			 const struct metaroce_ring_info *info,
+			 size_t min_entry_size)
+{
+	struct metaroce_uring n;
+	int ret;
+
+	ret = metaroce_uring_map(ctx, &n, info, min_entry_size);
+	if (ret)
+		return ret;
+	if (!n.num)
+		return EPROTO;
+	pthread_spin_destroy(&n.lock);
+	munmap(r->map, r->map_size);
+	r->map = n.map;
+	r->map_size = n.map_size;
+	r->num = n.num;
+	r->stride = n.stride;
+	r->producer = n.producer;
+	r->consumer = n.consumer;
+	r->entries = n.entries;
+	return 0;
+}

@@ -89,6 +89,9 @@ static void wr_unsupported(struct ibv_qp_ex *qpx)
 	batch_fail(&qp_ex_to_mqp(qpx)->batch, EOPNOTSUPP);
 }
 
+static void wr_set_inline_data_list(struct ibv_qp_ex *qpx, size_t num_buf,
+				    const struct ibv_data_buf *buf_list);
+
 /* ---- opcodes ---- */
 
 static void wr_send(struct ibv_qp_ex *qpx)
@@ -187,16 +190,37 @@ static void wr_send_tso(struct ibv_qp_ex *qpx, void *hdr, uint16_t hdr_sz,
 	wr_unsupported(qpx);
 }
 
+/* The 8 bytes are the caller's again when this returns: they travel as inline
+ * data (the post path puts them in the WQE's operand field). */
 static void wr_atomic_write(struct ibv_qp_ex *qpx, uint32_t rkey,
 			    uint64_t remote_addr, const void *atomic_wr)
 {
-	wr_unsupported(qpx);
+	struct ibv_data_buf buf = { .addr = (void *)atomic_wr, .length = 8 };
+
+	wr_rdma(qpx, IBV_WR_ATOMIC_WRITE, rkey, remote_addr, 0);
+	wr_set_inline_data_list(qpx, 1, &buf);
 }
 
+/* A FLUSH is posted as an ibv_send_wr laid out as an atomic (remote_addr,
+ * rkey; the range's length in compare_add) with its METAROCE_FLUSH_* bits in
+ * imm_data: the fields of ibv_send_wr that ring_write_send reads for it. */
 static void wr_flush(struct ibv_qp_ex *qpx, uint32_t rkey, uint64_t remote_addr,
 		     size_t len, uint8_t type, uint8_t level)
 {
-	wr_unsupported(qpx);
+	struct metaroce_pending_wr *p;
+	uint32_t bits = type;
+
+	if (level == IBV_FLUSH_MR)
+		bits |= METAROCE_FLUSH_WHOLE_REGION;
+	else if (level != IBV_FLUSH_RANGE)
+		bits = 0;	/* refused at post: no such selectivity */
+	p = wr_open(qpx, IBV_WR_FLUSH);
+	if (!p)
+		return;
+	p->wr.wr.atomic.remote_addr = remote_addr;
+	p->wr.wr.atomic.rkey = rkey;
+	p->wr.wr.atomic.compare_add = len;
+	p->wr.imm_data = bits;
 }
 
 /* ---- setters ---- */

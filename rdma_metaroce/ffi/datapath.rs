@@ -996,6 +996,55 @@ pub(super) unsafe fn deliver(dev: &IbDev, qpn: u32, skb: *mut raw::sk_buff) -> R
     Ok(())
 }
 
+/// Hands a received datagram for the multicast QPN (spec MR-3.6.3) to every QP
+/// attached to its destination address: a clone each, the original to the last
+/// (softirq). Returns how many QPs took it; the skb is consumed either way (a QP
+/// whose clone finds no memory misses it: UD is unreliable).
+///
+/// # Safety
+///
+/// `skb` is a received UDP datagram owned by the caller; it is consumed.
+pub(super) unsafe fn deliver_multicast(dev: &IbDev, skb: *mut raw::sk_buff) -> usize {
+    let (mut sa, mut da) = (0u32, 0u32);
+    let (mut sa6, mut da6) = ([0u8; 16], [0u8; 16]);
+    // SAFETY: Per the contract `skb` is a live UDP datagram.
+    unsafe {
+        raw::mrc_skb_addrs4(skb, &mut sa, &mut da);
+        raw::mrc_skb_addrs6(skb, sa6.as_mut_ptr(), da6.as_mut_ptr());
+    }
+    let group = if da != 0 {
+        let mut g = [0u8; 16];
+        g[10] = 0xff;
+        g[11] = 0xff;
+        g[12..].copy_from_slice(&da.to_ne_bytes());
+        g
+    } else {
+        da6
+    };
+    let mut qpns = [0u32; crate::mcast::MAX_GROUP_QPS];
+    let n = dev.data().mcast.members(&group, &mut qpns);
+    if n == 0 {
+        // SAFETY: We own the skb.
+        unsafe { raw::mrc_kfree_skb(skb) };
+        return 0;
+    }
+    let mut taken = 0;
+    for (i, &qpn) in qpns[..n].iter().enumerate() {
+        // SAFETY: We own `skb` until the last QP is handed it.
+        let copy = if i + 1 == n { skb } else { unsafe { raw::mrc_skb_clone(skb) } };
+        if copy.is_null() {
+            continue;
+        }
+        // SAFETY: We own `copy`; on success the QP's queue does.
+        match unsafe { deliver(dev, qpn, copy) } {
+            Ok(()) => taken += 1,
+            // SAFETY: Handed back: still ours.
+            Err(c) => unsafe { raw::mrc_kfree_skb(c) },
+        }
+    }
+    taken
+}
+
 // ---------------------------------------------------------------------------------
 // Posting.
 
@@ -1088,6 +1137,7 @@ unsafe fn decode_send<'a>(
             imm: 0,
             compare: 0,
             swap_add: 0,
+            flush_len: 0,
             ud: None,
             local,
         });
@@ -1103,6 +1153,7 @@ unsafe fn decode_send<'a>(
         raw::ib_wr_opcode_IB_WR_RDMA_READ => WrOpcode::Read,
         raw::ib_wr_opcode_IB_WR_ATOMIC_CMP_AND_SWP => WrOpcode::AtomicCas,
         raw::ib_wr_opcode_IB_WR_ATOMIC_FETCH_AND_ADD => WrOpcode::AtomicFaa,
+        raw::ib_wr_opcode_IB_WR_ATOMIC_WRITE => WrOpcode::AtomicWrite,
         _ => return Err(EINVAL),
     };
     // SAFETY: `ex` is a plain 32-bit union.
@@ -1136,6 +1187,7 @@ unsafe fn decode_send<'a>(
         imm,
         compare: 0,
         swap_add: 0,
+        flush_len: 0,
         ud: None,
         local: None,
     };
@@ -1150,8 +1202,9 @@ unsafe fn decode_send<'a>(
         r.ud = Some(UdDest { dgid, qpn: u.remote_qpn, qkey: u.remote_qkey });
     } else {
         match op {
-            WrOpcode::Write | WrOpcode::WriteImm | WrOpcode::Read => {
-                // SAFETY: RDMA WRs are embedded in an `ib_rdma_wr` (first member).
+            WrOpcode::Write | WrOpcode::WriteImm | WrOpcode::Read | WrOpcode::AtomicWrite => {
+                // SAFETY: RDMA WRs, and ATOMIC_WRITE (its 8 bytes in the SGEs, as
+                // rxe takes them), are embedded in an `ib_rdma_wr` (first member).
                 let x = unsafe { &*(w as *const raw::ib_send_wr).cast::<raw::ib_rdma_wr>() };
                 r.remote_va = x.remote_addr;
                 r.rkey = x.rkey;

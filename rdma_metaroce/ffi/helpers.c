@@ -153,6 +153,13 @@ static struct socket *mrc_udp_open_cfg(struct net_device *ndev, struct udp_port_
 	tnl.encap_type = 1;
 	tnl.encap_rcv = rcv;
 	setup_udp_tunnel_sock(dev_net(ndev), sock->sk, &tnl);
+	/*
+	 * setup_udp_tunnel_sock() turns multicast loopback off; UD multicast needs it
+	 * (MetaRoCE MR-3.6.3: the sender's own host's QPs attached to the group
+	 * receive its datagrams), as rxe's QP sockets have it.
+	 */
+	if (cfg->family == AF_INET)
+		inet_set_bit(MC_LOOP, sock->sk);
 	return sock;
 }
 
@@ -266,6 +273,11 @@ const u8 *mrc_skb_udp_pieces(struct sk_buff *skb, unsigned int pull, unsigned in
 void mrc_kfree_skb(struct sk_buff *skb)
 {
 	kfree_skb(skb);
+}
+
+struct sk_buff *mrc_skb_clone(struct sk_buff *skb)
+{
+	return skb_clone(skb, GFP_ATOMIC);
 }
 
 /* ---- Data path plumbing ---------------------------------------------------- */
@@ -597,6 +609,50 @@ static int mrc_tx_headroom(struct sk_buff *skb, struct net_device *dev, unsigned
 	return skb_cow_head(skb, LL_RESERVED_SPACE(dev) + ip_len + sizeof(struct udphdr));
 }
 
+/*
+ * A UD datagram to an IPv4 multicast group (MetaRoCE MR-3.6.3). The tunnel
+ * transmit (iptunnel_xmit) raises the per-CPU transmit recursion count around
+ * ip_local_out(), and ip_mc_output() loops a multicast packet back to the
+ * host's own receivers only at recursion level 0 (sk_mc_loop(), which also
+ * needs the socket's IP_MULTICAST_LOOP, see mrc_udp_open_cfg): sent that way,
+ * the QPs of this host attached to the group would never get their copy. So the
+ * UDP and IP headers are built here and the packet goes to ip_local_out()
+ * directly, as rxe sends.
+ */
+static void mrc_udp_xmit4_mcast(struct sock *sk, struct rtable *rt, struct sk_buff *skb,
+				__be32 saddr, __be32 daddr, u8 tos, __be16 sport, __be16 dport)
+{
+	struct udphdr *uh;
+	struct iphdr *iph;
+	int len;
+
+	skb_scrub_packet(skb, false);
+	__skb_push(skb, sizeof(*uh));
+	skb_reset_transport_header(skb);
+	len = skb->len;
+	uh = udp_hdr(skb);
+	uh->source = sport;
+	uh->dest = dport;
+	uh->len = htons(len);
+	udp_set_csum(false, skb, saddr, daddr, len);
+	memset(IPCB(skb), 0, sizeof(*IPCB(skb)));
+	skb_dst_set(skb, &rt->dst);
+	__skb_push(skb, sizeof(*iph));
+	skb_reset_network_header(skb);
+	iph = ip_hdr(skb);
+	iph->version = 4;
+	iph->ihl = sizeof(*iph) >> 2;
+	iph->tos = tos;
+	iph->frag_off = 0;
+	iph->ttl = ip4_dst_hoplimit(&rt->dst);
+	iph->protocol = IPPROTO_UDP;
+	iph->saddr = saddr;
+	iph->daddr = daddr;
+	__ip_select_ident(sock_net(sk), iph, 1);
+	skb->protocol = htons(ETH_P_IP);
+	ip_local_out(sock_net(sk), sk, skb);
+}
+
 int mrc_udp_xmit4_skb(struct socket *sock, __be32 saddr, __be32 daddr, u16 sport, u16 dport,
 		      u8 tos, struct sk_buff *skb, size_t len)
 {
@@ -631,8 +687,11 @@ int mrc_udp_xmit4_skb(struct socket *sock, __be32 saddr, __be32 daddr, u16 sport
 	 * ("Dead loop on virtual device").
 	 */
 	local_bh_disable();
-	udp_tunnel_xmit_skb(rt, sk, skb, fl.saddr, daddr, tos, ip4_dst_hoplimit(&rt->dst),
-			    0, htons(sport), htons(dport), false, false, 0);
+	if (ipv4_is_multicast(daddr))
+		mrc_udp_xmit4_mcast(sk, rt, skb, fl.saddr, daddr, tos, htons(sport), htons(dport));
+	else
+		udp_tunnel_xmit_skb(rt, sk, skb, fl.saddr, daddr, tos, ip4_dst_hoplimit(&rt->dst),
+				    0, htons(sport), htons(dport), false, false, 0);
 	local_bh_enable();
 	return 0;
 }

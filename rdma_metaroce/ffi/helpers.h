@@ -89,6 +89,8 @@ const u8 *mrc_skb_udp_pieces(struct sk_buff *skb, unsigned int pull, unsigned in
 			     u16 *sport, bool *ce);
 /* kfree_skb() */
 void mrc_kfree_skb(struct sk_buff *skb);
+/* A clone sharing the data (GFP_ATOMIC: the receive path); NULL without memory. */
+struct sk_buff *mrc_skb_clone(struct sk_buff *skb);
 /* Reports `event` (enum ib_event_type) on the SRQ through its event handler. */
 void mrc_srq_event(struct ib_srq *srq, int event);
 /* nla_nest_start(msg, RDMA_NLDEV_ATTR_DRIVER): opens the driver-details table of a

@@ -459,6 +459,10 @@ unsafe extern "C" fn query_device_cb(
     a.max_srq_wr = clamp(c.max_srq_wr);
     a.max_srq_sge = clamp(c.max_srq_sge);
     a.max_pkeys = 1;
+    // UD multicast (spec MR-3.6.3).
+    a.max_mcast_grp = crate::mcast::MAX_GROUPS as c_int;
+    a.max_mcast_qp_attach = crate::mcast::MAX_GROUP_QPS as c_int;
+    a.max_total_mcast_qp_attach = (crate::mcast::MAX_GROUPS * crate::mcast::MAX_GROUP_QPS) as c_int;
     a.atomic_cap = if c.atomics {
         raw::ib_atomic_cap_IB_ATOMIC_HCA
     } else {
@@ -469,6 +473,13 @@ unsafe extern "C" fn query_device_cb(
     // Fast-registration MRs (REG_MR / LOCAL_INV / SEND_WITH_INV) for kernel ULPs.
     a.device_cap_flags |= u64::from(raw::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS);
     a.max_fast_reg_page_list_len = crate::mr::MAX_FRMR_PAGES;
+    // `ibv_modify_srq` with `IBV_SRQ_MAX_WR` (`Srq::modify`).
+    a.device_cap_flags |= u64::from(raw::ib_device_cap_flags_IB_DEVICE_SRQ_RESIZE);
+    // IBTA 1.5 ATOMIC WRITE (spec MR-4.4.6).
+    a.device_cap_flags |= u64::from(raw::ib_device_cap_flags_IB_DEVICE_ATOMIC_WRITE);
+    // FLUSH for global visibility (spec MR-4.4.7); not for persistence: no region
+    // is persistent memory, so ib_core refuses IB_ACCESS_FLUSH_PERSISTENT.
+    a.device_cap_flags |= u64::from(raw::ib_device_cap_flags_IB_DEVICE_FLUSH_GLOBAL);
     0
 }
 

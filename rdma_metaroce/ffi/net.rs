@@ -27,6 +27,13 @@ pub(super) unsafe extern "C" fn udp_rcv_cb(sk: *mut raw::sock, skb: *mut raw::sk
         let d = unsafe { super::datapath::UdpPayload::with_headers(skb, &mut pieces) };
         if let Some((d, parsed)) = d {
             if let Some(qpn) = crate::net::receive(dev, d.len(), parsed) {
+                if qpn == crate::proto::ud::MULTICAST_QPN {
+                    // SAFETY: We own the skb; it is consumed.
+                    if unsafe { super::datapath::deliver_multicast(dev, skb) } == 0 {
+                        crate::net::receive_no_connection(dev);
+                    }
+                    return 0;
+                }
                 // SAFETY: We own the skb; on success the QP's queue owns it.
                 match unsafe { super::datapath::deliver(dev, qpn, skb) } {
                     Ok(()) => return 0,

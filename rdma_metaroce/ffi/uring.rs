@@ -282,6 +282,60 @@ impl UserCq {
     pub(crate) fn pending(&self) -> bool {
         self.ring.load(CONSUMER) != self.produced
     }
+
+    /// Completions the ring holds.
+    pub(crate) fn entries(&self) -> u32 {
+        self.ring.entries
+    }
+
+    /// A ring replacing this one in a resize (`ibv_resize_cq`), for `cqe`
+    /// completions; `EINVAL` if the process left no room for where it is.
+    ///
+    /// # Safety
+    ///
+    /// `udata` is NULL or the driver udata of a resize_cq command in progress.
+    pub(super) unsafe fn for_resize(udata: *mut raw::ib_udata, cqe: u32) -> Result<Self> {
+        // SAFETY: Per the contract.
+        if !unsafe { wants::<raw::metaroce_resize_cq_resp>(udata) } {
+            return Err(EINVAL);
+        }
+        // SAFETY: Per the contract.
+        let ring = unsafe { UserRing::new(udata, cqe, size_of::<raw::ib_uverbs_wc>())? };
+        Ok(Self { ring, produced: 0 })
+    }
+
+    /// Tells the process where the ring that replaces its old one is. The process
+    /// maps it only if the resize succeeds.
+    ///
+    /// # Safety
+    ///
+    /// As for `for_resize`.
+    pub(super) unsafe fn respond_resize(&self, udata: *mut raw::ib_udata) -> Result {
+        let resp = raw::metaroce_resize_cq_resp { cq: self.ring.info() };
+        // SAFETY: Per the contract.
+        unsafe { respond(udata, &resp) }
+    }
+
+    /// Copies the completions the process has not consumed, in order, to the
+    /// start of `to` (a new, unused ring). `EINVAL` if they do not fit, or if the
+    /// process's consumer counter claims more than this ring holds (it broke the
+    /// ring protocol; nothing is copied).
+    pub(crate) fn move_waiting_into(&self, to: &mut UserCq) -> Result {
+        let consumer = self.ring.load(CONSUMER);
+        let waiting = self.produced.wrapping_sub(consumer);
+        if waiting > self.ring.entries || waiting > to.ring.entries || to.produced != 0 {
+            return Err(EINVAL);
+        }
+        let mut buf = [const { MaybeUninit::<u8>::uninit() }; size_of::<raw::ib_uverbs_wc>()];
+        for k in 0..waiting {
+            // A process that scribbled on its completion slots only misleads itself.
+            let e = self.ring.read(consumer.wrapping_add(k), &mut buf);
+            to.ring.write(k, e);
+        }
+        to.produced = waiting;
+        to.ring.store(PRODUCER, waiting);
+        Ok(())
+    }
 }
 
 // ---------------------------------------------------------------------------------
@@ -435,6 +489,8 @@ impl UserQueues {
             raw::ib_uverbs_wr_opcode_IB_UVERBS_WR_RDMA_READ => WrOpcode::Read,
             raw::ib_uverbs_wr_opcode_IB_UVERBS_WR_ATOMIC_CMP_AND_SWP => WrOpcode::AtomicCas,
             raw::ib_uverbs_wr_opcode_IB_UVERBS_WR_ATOMIC_FETCH_AND_ADD => WrOpcode::AtomicFaa,
+            raw::ib_uverbs_wr_opcode_IB_UVERBS_WR_ATOMIC_WRITE => WrOpcode::AtomicWrite,
+            raw::ib_uverbs_wr_opcode_IB_UVERBS_WR_FLUSH => WrOpcode::Flush,
             _ => return Err(EINVAL),
         };
         let has = |f: i32| flags & f as u32 != 0;
@@ -444,6 +500,10 @@ impl UserQueues {
                 return Err(EINVAL);
             }
             Some(e.get(SEND_HDR..SEND_HDR + n).ok_or(EINVAL)?)
+        } else if op == WrOpcode::AtomicWrite && num_sge == 0 {
+            // `ibv_wr_atomic_write` hands the provider the 8 bytes themselves; it
+            // passes them in the entry's `compare_add` field.
+            Some(e.get(40..48).ok_or(EINVAL)?)
         } else {
             None
         };
@@ -456,6 +516,8 @@ impl UserQueues {
             read_sges(e, SEND_HDR, num_sge, sges).ok_or(EINVAL)?
         };
         let (compare, swap_add) = crate::engine::atomic_operands(op, u64_at(e, 40), u64_at(e, 48));
+        // A FLUSH's range length travels in `compare_add`, its bits in `ex`.
+        let flush_len = if op == WrOpcode::Flush { u32::try_from(u64_at(e, 40)).map_err(|_| EINVAL)? } else { 0 };
         Ok(SendRequest {
             wr_id: u64_at(e, 0),
             op,
@@ -466,9 +528,10 @@ impl UserQueues {
             inline,
             remote_va: u64_at(e, 32),
             rkey: u32_at(e, 28),
-            imm: if op == WrOpcode::SendInv { ex } else { u32::from_be(ex) },
+            imm: if matches!(op, WrOpcode::SendInv | WrOpcode::Flush) { ex } else { u32::from_be(ex) },
             compare,
             swap_add,
+            flush_len,
             // The engine refuses anything but SEND/SEND_IMM with a destination on a
             // UD QP, and a destination on an RC QP.
             ud: self.ud.then(|| {
@@ -561,4 +624,12 @@ const _: () = {
     assert!(offset_of!(R, wr_id) == 0 && offset_of!(R, num_sge) == 8 && size_of::<R>() == 16);
     type G = raw::metaroce_sge;
     assert!(offset_of!(G, addr) == 0 && offset_of!(G, length) == 8 && offset_of!(G, lkey) == 12);
+};
+
+/// The FLUSH bits of the user ABI are those of the wire (spec MR-3.3.5).
+const _: () = {
+    use crate::proto::Flush;
+    assert!(raw::METAROCE_FLUSH_GLOBAL == Flush::GLOBAL);
+    assert!(raw::METAROCE_FLUSH_PERSISTENT == Flush::PERSISTENT);
+    assert!(raw::METAROCE_FLUSH_WHOLE_REGION == Flush::WHOLE_REGION);
 };

@@ -5,7 +5,7 @@
 //! then the driver's data), the object sizes ib_core needs, and the op trampolines.
 
 use super::raw;
-use crate::cq::{wc_opcode_raw, Arm, Cq, WcOpcode, WcStatus};
+use crate::cq::{wc_opcode_raw, Arm, Cq, CqStorage, WcOpcode, WcStatus};
 use crate::qp::{Qp, QpCaps, QpState, QpType, QpUpdate};
 use crate::srq::{Srq, SrqAttrs};
 use super::IbDev;
@@ -90,6 +90,7 @@ pub(super) const fn install(mut ops: raw::ib_device_ops) -> raw::ib_device_ops {
     ops.size_ib_cq = core::mem::size_of::<CqAlloc>();
     ops.create_cq = Some(create_cq_cb);
     ops.destroy_cq = Some(destroy_cq_cb);
+    ops.resize_user_cq = Some(resize_user_cq_cb);
     ops.poll_cq = Some(poll_cq_cb);
     ops.req_notify_cq = Some(req_notify_cq_cb);
     ops.size_ib_qp = core::mem::size_of::<QpAlloc>();
@@ -97,6 +98,8 @@ pub(super) const fn install(mut ops: raw::ib_device_ops) -> raw::ib_device_ops {
     ops.modify_qp = Some(modify_qp_cb);
     ops.query_qp = Some(query_qp_cb);
     ops.destroy_qp = Some(destroy_qp_cb);
+    ops.attach_mcast = Some(attach_mcast_cb);
+    ops.detach_mcast = Some(detach_mcast_cb);
     ops.size_ib_srq = core::mem::size_of::<SrqAlloc>();
     ops.create_srq = Some(create_srq_cb);
     ops.modify_srq = Some(modify_srq_cb);
@@ -721,6 +724,43 @@ unsafe fn cq<'a>(ib: *mut raw::ib_cq) -> &'a Cq {
     unsafe { &(*ib.cast::<CqAlloc>()).cq }
 }
 
+/// The GID and QP number of an attach or detach, for a UD QP (`EINVAL` for others:
+/// only datagrams go to groups).
+///
+/// # Safety
+///
+/// `ib` is a live QP of this driver and `gid` a valid GID, for the call.
+unsafe fn mcast_args(ib: *mut raw::ib_qp, gid: *mut raw::ib_gid) -> Result<([u8; 16], u32)> {
+    // SAFETY: Per the contract.
+    let (ty, qpn, raw_gid) = unsafe { ((*ib).qp_type, (*ib).qp_num, (*gid).raw) };
+    if ty != raw::ib_qp_type_IB_QPT_UD {
+        return Err(EINVAL);
+    }
+    Ok((raw_gid, qpn))
+}
+
+/// `ibv_attach_mcast`: the QP gets a copy of every datagram to the group (spec
+/// MR-3.6.3). ib_core keeps the QP from being destroyed while attached.
+unsafe extern "C" fn attach_mcast_cb(ib: *mut raw::ib_qp, gid: *mut raw::ib_gid, _lid: u16) -> c_int {
+    // SAFETY: ib_core passes a live QP of this driver and a valid GID.
+    let r = unsafe { mcast_args(ib, gid) }.and_then(|(gid, qpn)| {
+        // SAFETY: A QP's device outlives it.
+        let dev = unsafe { IbDev::from_raw((*ib).device) };
+        dev.data().mcast.attach(gid, qpn)
+    });
+    r.map_or_else(|e| e.to_errno(), |()| 0)
+}
+
+unsafe extern "C" fn detach_mcast_cb(ib: *mut raw::ib_qp, gid: *mut raw::ib_gid, _lid: u16) -> c_int {
+    // SAFETY: ib_core passes a live QP of this driver and a valid GID.
+    let r = unsafe { mcast_args(ib, gid) }.and_then(|(gid, qpn)| {
+        // SAFETY: A QP's device outlives it.
+        let dev = unsafe { IbDev::from_raw((*ib).device) };
+        dev.data().mcast.detach(gid, qpn)
+    });
+    r.map_or_else(|e| e.to_errno(), |()| 0)
+}
+
 unsafe extern "C" fn alloc_ucontext_cb(_uctx: *mut raw::ib_ucontext, _udata: *mut raw::ib_udata) -> c_int {
     // Version 1 of the user ABI has no driver-private context data.
     0
@@ -791,6 +831,42 @@ unsafe extern "C" fn destroy_cq_cb(ib: *mut raw::ib_cq, _udata: *mut raw::ib_uda
     // running on the CQ; the data is never used again.
     unsafe { core::ptr::drop_in_place(&raw mut (*ib.cast::<CqAlloc>()).cq) };
     0
+}
+
+/// `ibv_resize_cq` (ib_core offers resizing to processes only). A CQ with a mapped
+/// ring gets a new ring holding the completions not yet polled (the response says
+/// where it is; the provider maps it once the command succeeded); one without keeps
+/// its completions in new kernel storage.
+unsafe extern "C" fn resize_user_cq_cb(ib: *mut raw::ib_cq, cqe: core::ffi::c_uint, udata: *mut raw::ib_udata) -> c_int {
+    // SAFETY: ib_core calls this on a live CQ of this driver, holding a reference.
+    let cq = unsafe { cq(ib) };
+    let resized = Cq::check_size(cqe)
+        .and_then(|()| {
+            if cq.is_mapped() {
+                // SAFETY: `udata` is this resize command's driver udata.
+                let ring = unsafe { super::UserCq::for_resize(udata, cqe)? };
+                // SAFETY: As above. Told before the swap: a failed resize leaves
+                // the process on its old ring, whatever the response said.
+                unsafe { ring.respond_resize(udata)? };
+                Ok(CqStorage::User(ring))
+            } else {
+                CqStorage::kernel(cqe)
+            }
+        })
+        .and_then(|mut storage| {
+            let r = cq.resize(cqe, &mut storage);
+            // Freed here, outside the CQ's lock: removing a ring's mapping may sleep.
+            drop(storage);
+            r
+        });
+    match resized {
+        Ok(()) => {
+            // SAFETY: `ib` is valid; ib_core reports `cqe` back to the process.
+            unsafe { (*ib).cqe = cqe as c_int };
+            0
+        }
+        Err(e) => e.to_errno(),
+    }
 }
 
 unsafe extern "C" fn poll_cq_cb(ib: *mut raw::ib_cq, num: c_int, wc: *mut raw::ib_wc) -> c_int {

@@ -70,6 +70,17 @@ struct metaroce_create_cq_resp {
 	struct metaroce_ring_info cq;	/* entries: struct ib_uverbs_wc */
 };
 
+/*
+ * Driver data of the resize_cq response for a CQ with a mapped ring: the ring
+ * that replaces it, holding the completions not yet consumed from index 0
+ * (producer = their number, consumer = 0). The process maps it, and unmaps
+ * the old one, only if the command succeeds; until it returns, the process
+ * must not consume from the old ring.
+ */
+struct metaroce_resize_cq_resp {
+	struct metaroce_ring_info cq;	/* entries: struct ib_uverbs_wc */
+};
+
 /* Driver data of the create_qp response (RC and UD QPs). */
 struct metaroce_create_qp_resp {
 	struct metaroce_ring_info sq;
@@ -89,16 +100,24 @@ struct metaroce_send_wqe {
 	__u32 send_flags;	/* enum ib_uverbs_send_flags */
 	__u32 num_sge;		/* 0 when the data is inline */
 	__u32 inline_len;	/* bytes of inline data (IB_SEND_INLINE) */
-	__u32 ex;		/* immediate data (big-endian) or rkey to invalidate */
-	__u32 rkey;		/* RDMA and atomic operations */
+	__u32 ex;		/* immediate data (big-endian), rkey to invalidate,
+				 * or a FLUSH's METAROCE_FLUSH_* bits */
+	__u32 rkey;		/* RDMA, atomic and FLUSH operations */
 	__aligned_u64 remote_addr;
-	__aligned_u64 compare_add;
+	__aligned_u64 compare_add;	/* atomics; ATOMIC_WRITE without SGEs: the
+					 * 8 bytes; FLUSH: the range's length */
 	__aligned_u64 swap;
 	/* UD QPs: where the datagram goes (the address handle's destination). */
 	__u8 dgid[16];
 	__u32 remote_qpn;
 	__u32 remote_qkey;
 };
+
+/* The ex field of a FLUSH: the placement types (the verbs values) and the
+ * selectivity (MetaRoCE MR-3.3.5). */
+#define METAROCE_FLUSH_GLOBAL		0x1
+#define METAROCE_FLUSH_PERSISTENT	0x2
+#define METAROCE_FLUSH_WHOLE_REGION	0x100
 
 /* A receive work request; followed by num_sge SGEs. */
 struct metaroce_recv_wqe {

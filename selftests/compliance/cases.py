@@ -22,6 +22,7 @@ CASES = []
 
 OP = M.OP
 SEND, SEND_IMM, SEND_INV, WRITE, WRITE_IMM, READ_REQ, CAS, FAA = 1, 2, 3, 4, 5, 6, 7, 8
+ATOMIC_WRITE, FLUSH = 0x0a, 0x0b
 READ_RESP, ATOMIC_RESP, ACK, PROBE = 0x10, 0x11, 0x20, 0x21
 SYN_ACK, SYN_SEQ, SYN_RNR, SYN_ACCESS, SYN_INVALID, SYN_REMOTE_OP = 0, 1, 2, 3, 4, 5
 FATAL = (SYN_ACCESS, SYN_INVALID, SYN_REMOTE_OP)
@@ -39,6 +40,8 @@ NOT_WIRE_TESTABLE = {
     "MR-2.5.3": "DSCP is a deployment choice; not observable on loopback",
     "MR-2.7.3": "a rule for future revisions of the specification",
     "MR-3.6.2": "UD: see MR-2.2.2",
+    "MR-3.6.3": "UD multicast: see MR-2.2.2 (kernel target: rdma-core's rdma_cm multicast tests "
+                "join, send, receive and leave)",
     "MR-4.3.4": "a rule for consumers (applications), not for the transport",
     "MR-5.6.4": "a rule for consumers (applications), not for the transport",
     "MR-7.1.5": "a QP left in RTR without an initial TSN is a verbs-driver state; the endpoint's "
@@ -368,14 +371,93 @@ def t_atomics(T):
             ack_all(L, [r], i + 1)
 
 
-@case("MR-4.4.5 MR-2.2.3 MR-7.3.2", "misaligned atomic is an invalid request (NAK-INVALID)")
-def t_atomic_misaligned(T):
+def misaligned_is_invalid(T, access, op, **kw):
+    """A request `op` 4 bytes past an aligned address: NAK-INVALID, no byte written."""
     with link(T) as L:
-        rkey, va = mr(T, "a", fill=0x11)
-        L.req(FAA, rkey=rkey, va=va + 4, msn=0, swap=1)
+        rkey, va = mr(T, access, fill=0x11)
+        L.req(op, rkey=rkey, va=va + 4, msn=0, **kw)
         a = L.recv(1.0, lambda r: r.op == ACK and r.ack.syndrome != SYN_ACK)
         check(a is not None and a.ack.syndrome == SYN_INVALID, "expected NAK-INVALID, got %s", a)
         check(T.dut.mem_read(rkey, 0, 16) == b"\x11" * 16, "memory changed")
+
+
+@case("MR-4.4.5 MR-2.2.3 MR-7.3.2", "misaligned atomic is an invalid request (NAK-INVALID)")
+def t_atomic_misaligned(T):
+    misaligned_is_invalid(T, "a", FAA, swap=1)
+
+
+def overtaking(L, earlier, later, between=None):
+    """Sends request `later` (MSN 1, path 1) before `earlier` (MSN 0, path 0),
+    each an (opcode, req_bytes arguments) pair: `later` is acknowledged at once
+    but not delivered (ACK MSN 0); `between()` runs then; after `earlier`, both
+    are delivered (ACK MSN 2)."""
+    t_earlier, t_later = L.next_tsn(), L.next_tsn()
+    e, _ = L.req_bytes(earlier[0], msn=0, tsn=t_earlier, **earlier[1])
+    l, _ = L.req_bytes(later[0], msn=1, tsn=t_later, path=1, **later[1])
+    L.msn = 2
+    name = M.OPCODES[later[0]]
+    L.send_raw(l, 1)
+    # ACK_REQ is set: the DUT answers at once, the request waiting for its turn.
+    first = L.recv_ack(1.0)
+    check(first is not None and first.ack.syndrome == SYN_ACK and first.ack.msn == 0,
+          "no ACK (MSN 0) for the %s that arrived first: %s", name, first)
+    if between:
+        between()
+    L.send_raw(e, 0)
+    done = L.cum_reaches((t_later + 1) & 0xFFFFFFFF)
+    check(done is not None and done.ack.syndrome == SYN_ACK and done.ack.msn == 2,
+          "%s and the request before it not both delivered: %s", name, done)
+
+
+@case("MR-4.4.6 MR-4.3.2 MR-3.3.4",
+      "ATOMIC_WRITE that overtakes the WRITE before it is stored after that WRITE, whole")
+def t_atomic_write(T):
+    with link(T) as L:
+        rkey, va = mr(T, "w", fill=0x11)
+        val = pattern(8, 7)
+        overtaking(L, (WRITE, dict(payload=b"\xee" * 24, rkey=rkey, va=va)),
+                   (ATOMIC_WRITE, dict(payload=val, rkey=rkey, va=va + 8)),
+                   between=lambda: check(T.dut.mem_read(rkey, 8, 8) == b"\x11" * 8,
+                                         "ATOMIC_WRITE stored before its turn"))
+        check(T.dut.mem_read(rkey, 0, 32) == b"\xee" * 8 + val + b"\xee" * 8 + b"\x11" * 8,
+              "memory after WRITE then ATOMIC_WRITE: %s", T.dut.mem_read(rkey, 0, 32).hex())
+
+
+@case("MR-4.4.6 MR-4.4.5 MR-7.3.2", "misaligned ATOMIC_WRITE is an invalid request (NAK-INVALID)")
+def t_atomic_write_misaligned(T):
+    misaligned_is_invalid(T, "w", ATOMIC_WRITE, payload=b"\x22" * 8)
+
+
+@case("MR-4.4.7 MR-3.3.5 MR-4.3.2",
+      "FLUSH that overtakes the WRITE before it is carried out after that WRITE; whole region too")
+def t_flush(T):
+    with link(T) as L:
+        rkey, va = mr(T, "wg")
+        overtaking(L, (WRITE, dict(payload=pattern(64, 3), rkey=rkey, va=va)),
+                   (FLUSH, dict(rkey=rkey, va=va, msglen=64, imm=M.FLUSH_GLOBAL)))
+        if T.dut.has("events"):
+            qp = "%#x" % L.dqpn
+            ev = [e for e in T.dut.events() if e[1] == qp and e[0] in ("W", "F")]
+            check([e[0] for e in ev] == ["W", "F"], "placement and flush out of order: %s", ev)
+        t = L.req(FLUSH, rkey=rkey, va=0, msglen=0, imm=M.FLUSH_GLOBAL | M.FLUSH_WHOLE_REGION,
+                  msn=2)
+        L.msn = 3
+        a = L.cum_reaches((t + 1) & 0xFFFFFFFF)
+        check(a is not None and a.ack.syndrome == SYN_ACK and a.ack.msn == 3,
+              "FLUSH of the whole region (address and length ignored) not acknowledged: %s", a)
+
+
+@case("MR-4.4.7 MR-9.2.1 MR-7.3.2",
+      "FLUSH without the flush right, or asking for persistence, is a remote access error")
+def t_flush_denied(T):
+    for access, bits, what in (("w", M.FLUSH_GLOBAL, "a region without the flush right"),
+                               ("wg", M.FLUSH_PERSISTENT, "persistence")):
+        with link(T) as L:
+            rkey, va = mr(T, access)
+            L.req(FLUSH, rkey=rkey, va=va, msglen=8, imm=bits, msn=0)
+            a = L.recv(1.0, lambda r: r.op == ACK and r.ack.syndrome != SYN_ACK)
+            check(a is not None and a.ack.syndrome == SYN_ACCESS,
+                  "FLUSH of %s: expected NAK-ACCESS, got %s", what, a)
 
 
 @case("MR-9.2.3 MR-4.3.2", "SEND_INV invalidates a key it may invalidate; later access fails")
@@ -562,6 +644,35 @@ def t_bad_read_atomic(T):
         out.append((a, 0))                                    # atomic offset != 0
         return out
     malformed(T, v, what="malformed READ/atomic")
+
+
+def bad_shapes(T, op, shapes, what):
+    """Sends an `op` request of each shape (req_bytes arguments), each on a path
+    of its own (at most four): all are discarded (see `malformed`)."""
+    def v(L, rkey, va):
+        out = []
+        for path, kw in enumerate(shapes):
+            r, _ = L.req_bytes(op, rkey=rkey, va=va, tsn=L.tsn, msn=L.msn, path=path, **kw)
+            out.append((r, path))
+        return out
+    malformed(T, v, what=what)
+
+
+@case("MR-3.3.4 MR-3.1.5", "ATOMIC_WRITE of other than 8 bytes at offset 0 is discarded")
+def t_bad_atomic_write(T):
+    bad_shapes(T, ATOMIC_WRITE, [dict(payload=b"\x01" * 16), dict(payload=b"\x01" * 4),
+                                 dict(payload=b""),
+                                 dict(payload=b"\x01" * 8, offset=8, msglen=16, flags=M.F_LAST)],
+               "malformed ATOMIC_WRITE")
+
+
+@case("MR-3.3.5 MR-3.3.3 MR-3.1.5",
+      "FLUSH without a placement type, with a reserved bit, payload or an offset is discarded")
+def t_bad_flush(T):
+    shape = dict(msglen=16, flags=M.F_LAST, imm=M.FLUSH_GLOBAL)
+    bad_shapes(T, FLUSH, [dict(shape, imm=0), dict(shape, imm=M.FLUSH_GLOBAL | 0x4),
+                          dict(shape, payload=b"\x01" * 8), dict(shape, offset=8)],
+               "malformed FLUSH")
 
 
 @case("MR-3.2.6 MR-3.1.5 MR-9.3.1", "path id at or above the path count is discarded")

@@ -81,7 +81,7 @@ MTUS = {256: e.IBV_MTU_256, 512: e.IBV_MTU_512, 1024: e.IBV_MTU_1024,
 
 SQ_DEPTH, RQ_DEPTH = 128, 64
 REMOTE = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ |
-          e.IBV_ACCESS_REMOTE_ATOMIC)
+          e.IBV_ACCESS_REMOTE_ATOMIC | e.IBV_ACCESS_FLUSH_GLOBAL)
 WC_OPCODES = {e.IBV_WC_SEND: "send", e.IBV_WC_RDMA_WRITE: "write", e.IBV_WC_RDMA_READ: "read",
               e.IBV_WC_COMP_SWAP: "cas", e.IBV_WC_FETCH_ADD: "faa", e.IBV_WC_RECV: "recv",
               e.IBV_WC_RECV_RDMA_WITH_IMM: "recv_imm"}
@@ -217,9 +217,10 @@ class Helper:
         acc = e.IBV_ACCESS_LOCAL_WRITE
         for ch in a.get("access", "rwa"):
             acc |= {"r": e.IBV_ACCESS_REMOTE_READ, "w": e.IBV_ACCESS_REMOTE_WRITE,
-                    "a": e.IBV_ACCESS_REMOTE_ATOMIC, "-": 0}.get(ch, -1)
-            if ch not in "rwa-":
-                raise Err("access %r: only r, w, a (the device has no invalidation)" % ch)
+                    "a": e.IBV_ACCESS_REMOTE_ATOMIC, "g": e.IBV_ACCESS_FLUSH_GLOBAL,
+                    "-": 0}.get(ch, -1)
+            if ch not in "rwag-":
+                raise Err("access %r: only r, w, a, g (the device has no invalidation)" % ch)
         n = num(a["len"])
         m = MR(self.pd, n, acc)
         fill = num(a.get("fill", "0"))

@@ -354,7 +354,7 @@ class Link:
             msglen = 8 if op in M.ATOMIC_OPS else offset + len(payload)
         if flags is None:
             flags = 0
-            if op in (0x06, 0x07, 0x08) or offset + len(payload) == msglen:
+            if op in (0x06, 0x07, 0x08, 0x0b) or offset + len(payload) == msglen:
                 flags |= M.F_LAST | M.F_ACK_REQ
         if ext:
             flags |= M.F_EXT

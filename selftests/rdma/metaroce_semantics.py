@@ -149,11 +149,17 @@ a.qp.post_send(w)
 sc, rc = a.poll(), b.poll()
 tap(len(rc) == 1 and rc[0].opcode == e.IBV_WC_RECV_RDMA_WITH_IMM and rc[0].imm_data == 0xabcdef
     and b.mr.read(100, 2000) == b'W' * 100, 'RDMA WRITE_WITH_IMM places data and consumes a receive', rc)
+def to_b(wr_id, opcode, off, length, remote_off):
+    """A signaled WR of a's naming `length` bytes at `off` of a's MR and
+    `remote_off` of b's."""
+    w = SendWR(wr_id=wr_id, opcode=opcode, num_sge=1, sg=[sge(a.mr, off, length)],
+               send_flags=e.IBV_SEND_SIGNALED)
+    w.set_wr_rdma(b.mr.rkey, b.mr.buf + remote_off)
+    return w
+
+
 b.mr.write(b'R' * 300, 300, 3000)
-r = SendWR(wr_id=6, opcode=e.IBV_WR_RDMA_READ, num_sge=1, sg=[sge(a.mr, 3000, 300)],
-           send_flags=e.IBV_SEND_SIGNALED)
-r.set_wr_rdma(b.mr.rkey, b.mr.buf + 3000)
-a.qp.post_send(r)
+a.qp.post_send(to_b(6, e.IBV_WR_RDMA_READ, 3000, 300, 3000))
 sc = a.poll()
 tap(len(sc) == 1 and sc[0].status == e.IBV_WC_SUCCESS and sc[0].opcode == e.IBV_WC_RDMA_READ
     and a.mr.read(300, 3000) == b'R' * 300, 'RDMA READ returns the remote bytes', sc)
@@ -172,6 +178,22 @@ tap(len(sc) == 2 and all(w.status == e.IBV_WC_SUCCESS for w in sc)
     and int.from_bytes(a.mr.read(8, 24), 'little') == 42
     and int.from_bytes(b.mr.read(8, 8), 'little') == 7,
     'FETCH_AND_ADD then CMP_AND_SWP return the old values and update memory', sc)
+
+# ATOMIC WRITE (MR-4.4.6): 8 bytes stored as one unit; the operand comes from an
+# SGE here (the ibv_wr_atomic_write path, with the bytes in the WQE, is rdma-core's
+# test_qp_ex_rc_atomic_write).
+a.mr.write(b'ATOMICWR', 8, 48)
+a.qp.post_send(to_b(20, e.IBV_WR_ATOMIC_WRITE, 48, 8, 64))
+sc = a.poll()
+tap(len(sc) == 1 and sc[0].status == e.IBV_WC_SUCCESS and sc[0].opcode == e.IBV_WC_ATOMIC_WRITE
+    and sc[0].byte_len == 8 and b.mr.read(8, 64) == b'ATOMICWR',
+    'ATOMIC_WRITE stores its 8 bytes and completes as IBV_WC_ATOMIC_WRITE', sc)
+for what, va, n in (('a misaligned address', 68, 8), ('4 bytes', 64, 4)):
+    try:
+        a.qp.post_send(to_b(21, e.IBV_WR_ATOMIC_WRITE, 48, n, va))
+        tap(False, 'ATOMIC_WRITE of %s: EINVAL when posted' % what)
+    except PyverbsRDMAError as x:
+        tap(x.error_code == errno.EINVAL, 'ATOMIC_WRITE of %s: EINVAL when posted' % what, x)
 
 # Bad arguments: errno from the post, no completion.
 try:
@@ -252,6 +274,49 @@ tap([w.wr_id for w in sc] == list(range(200, 216)) and all(w.status == e.IBV_WC_
     and [w.wr_id for w in rc] == list(range(100, 116))
     and all(b.mr.read(8, 64 * i) == bytes([i]) * 8 for i in range(16)),
     'the 16 messages posted through the rings arrive in order, intact', sc + rc)
+
+# Resizing a CQ (ibv_resize_cq): completions not yet polled move to the new ring,
+# in order; the provider maps the new ring and polls it without a command.
+a, b = End('mrc0', GA), End('mrc1', GB)
+a.connect(b)
+b.connect(a)
+
+
+def send_to_b(first, count):
+    for i in range(first, first + count):
+        b.qp.post_recv(RecvWR(wr_id=300 + i, num_sge=1, sg=[sge(b.mr, 64 * i, 64)]))
+    for i in range(first, first + count):
+        a.mr.write(bytes([0x40 + i]) * 16, 16, 16 * i)
+        a.qp.post_send(SendWR(wr_id=400 + i, opcode=e.IBV_WR_SEND, num_sge=1,
+                              sg=[sge(a.mr, 16 * i, 16)], send_flags=e.IBV_SEND_SIGNALED))
+    # The receiver completes a message before it acknowledges it: once a's sends
+    # have completed, b's receive completions are in b's CQ.
+    return a.poll(count)
+
+
+def resize(cq, n):
+    try:
+        cq.resize(n)
+        return 0
+    except PyverbsRDMAError as x:
+        return x.error_code
+
+
+sc = send_to_b(0, 4)
+tap(len(sc) == 4 and resize(b.cq, 3) == errno.EINVAL,
+    'resizing a CQ below the completions waiting in it: EINVAL', sc)
+b0 = cmds('mrc1')
+tap(resize(b.cq, 8) == 0 and b.cq.cqe >= 8, 'resizing a CQ holding 4 completions to 8', b.cq.cqe)
+sc = send_to_b(4, 4)
+rc = b.poll(8)
+tap(len(sc) == 4 and [w.wr_id for w in rc] == list(range(300, 308))
+    and all(w.status == e.IBV_WC_SUCCESS and w.byte_len == 16 for w in rc)
+    and all(b.mr.read(16, 64 * i) == bytes([0x40 + i]) * 16 for i in range(8)),
+    'the 4 completions from before the resize and 4 after come out in order, the CQ full', rc)
+tap(cmds('mrc1')['cmd_polls'] == b0['cmd_polls'], 'the resized CQ is polled through its new ring')
+tap(resize(b.cq, 1) == 0 and b.cq.cqe >= 1 and len(send_to_b(8, 1)) == 1
+    and [w.wr_id for w in b.poll(1)] == [308], 'an empty CQ shrinks to one entry and still completes')
+tap(resize(b.cq, 1 << 20) == errno.EINVAL, 'resizing beyond max_cqe: EINVAL')
 
 print('1..%d' % N)
 sys.exit(1 if FAILED else 0)

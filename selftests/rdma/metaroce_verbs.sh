@@ -197,7 +197,7 @@ except PyverbsRDMAError as x:
 else:
     raise SystemExit("AH without GRH accepted")
 PY
-check "pyverbs: SRQ create/query/modify limit; oversize EINVAL, resize EOPNOTSUPP; an RC QP attaches to it" py <<'PY'
+check "pyverbs: SRQ create/query/modify limit and size; oversize EINVAL; an RC QP attaches to it" py <<'PY'
 import errno
 import pyverbs.device as d
 from pyverbs_compat import e
@@ -220,7 +220,11 @@ def expect(code, f):
     else:
         raise SystemExit("accepted")
 expect(errno.EINVAL, lambda: srq.modify(SrqAttr(srq_limit=65), e.IBV_SRQ_LIMIT))
-expect(errno.EOPNOTSUPP, lambda: srq.modify(SrqAttr(max_wr=128), e.IBV_SRQ_MAX_WR))
+assert ctx.query_device().device_cap_flags & e.IBV_DEVICE_SRQ_RESIZE
+expect(errno.EINVAL, lambda: srq.modify(SrqAttr(max_wr=8), e.IBV_SRQ_MAX_WR))  # below the limit
+srq.modify(SrqAttr(max_wr=128), e.IBV_SRQ_MAX_WR)
+assert srq.query().max_wr == 128, srq.query().max_wr
+expect(errno.EINVAL, lambda: srq.modify(SrqAttr(max_wr=1 << 20), e.IBV_SRQ_MAX_WR))
 expect(errno.EINVAL, lambda: SRQ(pd, SrqInitAttr(SrqAttr(max_wr=1 << 20, max_sge=1))))
 qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, srq=srq, cap=QPCap(max_send_wr=4, max_recv_wr=4)))
 qp.close(); srq.close()

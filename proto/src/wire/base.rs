@@ -43,6 +43,10 @@ pub enum Opcode {
     AtomicCas = 0x07,
     /// Atomic fetch-and-add request.
     AtomicFaa = 0x08,
+    /// Atomic write request: 8 bytes stored as one unit (MR-4.4.6).
+    AtomicWrite = 0x0a,
+    /// Flush request: earlier placements made visible (MR-4.4.7).
+    Flush = 0x0b,
     /// RDMA read response data.
     ReadResp = 0x10,
     /// Atomic response (original value).
@@ -69,6 +73,8 @@ impl Opcode {
             0x06 => Opcode::ReadReq,
             0x07 => Opcode::AtomicCas,
             0x08 => Opcode::AtomicFaa,
+            0x0a => Opcode::AtomicWrite,
+            0x0b => Opcode::Flush,
             0x10 => Opcode::ReadResp,
             0x11 => Opcode::AtomicResp,
             0x20 => Opcode::Ack,
@@ -91,6 +97,8 @@ impl Opcode {
                 | Opcode::ReadReq
                 | Opcode::AtomicCas
                 | Opcode::AtomicFaa
+                | Opcode::AtomicWrite
+                | Opcode::Flush
         )
     }
 
@@ -112,7 +120,8 @@ impl Opcode {
         )
     }
 
-    /// True for atomic requests.
+    /// True for the atomic requests that carry an ATH and are answered with
+    /// the original value (not ATOMIC_WRITE, whose operand is its payload).
     pub const fn is_atomic(self) -> bool {
         matches!(self, Opcode::AtomicCas | Opcode::AtomicFaa)
     }
@@ -126,6 +135,7 @@ impl Opcode {
                 | Opcode::SendInv
                 | Opcode::Write
                 | Opcode::WriteImm
+                | Opcode::AtomicWrite
                 | Opcode::ReadResp
                 | Opcode::AtomicResp
                 | Opcode::UdSend

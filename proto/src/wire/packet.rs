@@ -146,11 +146,19 @@ impl<'a> PacketRepr<'a> {
                 if !payload.is_empty() {
                     return Err(WireError::Malformed);
                 }
-                if op == Opcode::ReadReq && req.offset != 0 {
+                if matches!(op, Opcode::ReadReq | Opcode::Flush) && req.offset != 0 {
+                    return Err(WireError::Malformed);
+                }
+                // Spec: MR-3.3.5 — a FLUSH names a placement type and a known selectivity.
+                if op == Opcode::Flush && super::super::verbs::Flush::from_bits(req.imm).is_none() {
                     return Err(WireError::Malformed);
                 }
             } else {
                 check_extent(req.offset, payload.len(), req.msg_len, base.flags)?;
+                // Spec: MR-3.3.4 — an ATOMIC_WRITE is one packet of exactly 8 bytes.
+                if op == Opcode::AtomicWrite && (req.msg_len != 8 || req.offset != 0 || payload.len() != 8) {
+                    return Err(WireError::Malformed);
+                }
             }
             Body::Request {
                 req,

@@ -2,7 +2,7 @@
 //! small deterministic PRNG.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
-use metaroce_proto::{AtomicOp, LocalMemory, MemError, Responder};
+use metaroce_proto::{AtomicOp, Flush, LocalMemory, MemError, Responder};
 use std::collections::HashMap;
 
 /// xorshift64*; deterministic, seedable.
@@ -46,6 +46,8 @@ pub struct VecMemory {
     pub invalidated: Vec<u32>,
     pub atomics_executed: u64,
     pub writes: u64,
+    /// FLUSHes carried out: (rkey, va, len, what), in order.
+    pub flushes: Vec<(u32, u64, u32, Flush)>,
 }
 
 impl VecMemory {
@@ -98,6 +100,17 @@ impl Responder for VecMemory {
         };
         r.copy_from_slice(&new.to_ne_bytes());
         Ok(old)
+    }
+    /// Plain memory: global visibility is given, persistence is not.
+    fn flush_remote(&mut self, rkey: u32, va: u64, len: u32, what: Flush) -> Result<(), MemError> {
+        if what.persistent || !self.regions.contains_key(&rkey) {
+            return Err(MemError::Access);
+        }
+        if !what.whole_region {
+            self.range(rkey, va, len as usize)?;
+        }
+        self.flushes.push((rkey, va, len, what));
+        Ok(())
     }
     fn write_recv(&mut self, wr_id: u64, offset: u32, data: &[u8]) -> Result<(), MemError> {
         let b = self.recv.get_mut(&wr_id).ok_or(MemError::Access)?;
