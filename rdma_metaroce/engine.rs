@@ -184,6 +184,28 @@ pub(crate) enum IpPair {
     V6([u8; 16], [u8; 16]),
 }
 
+impl IpPair {
+    /// The destination as a GID (IPv4-mapped for IPv4).
+    pub(crate) fn dst_gid(&self) -> [u8; 16] {
+        match self {
+            IpPair::V4(_, d) => {
+                let mut g = [0u8; 16];
+                g[10] = 0xff;
+                g[11] = 0xff;
+                g[12..].copy_from_slice(d);
+                g
+            }
+            IpPair::V6(_, d) => *d,
+        }
+    }
+}
+
+/// The IPv4 address inside an IPv4-mapped GID (`::ffff:a.b.c.d`).
+pub(crate) fn ipv4_of(gid: &[u8; 16]) -> Option<[u8; 4]> {
+    let mapped = gid[..10].iter().all(|b| *b == 0) && gid[10] == 0xff && gid[11] == 0xff;
+    mapped.then(|| [gid[12], gid[13], gid[14], gid[15]])
+}
+
 /// Device resources the engine borrows for one call.
 pub(crate) struct Shared<'a> {
     pub(crate) mrs: &'a MrTable,

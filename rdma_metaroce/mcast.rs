@@ -30,8 +30,10 @@ impl Group {
 
 /// Whether `gid` is a multicast address: IPv4-mapped 224.0.0.0/4 or IPv6 ff00::/8.
 pub(crate) fn is_multicast(gid: &[u8; 16]) -> bool {
-    let v4_mapped = gid[..10].iter().all(|b| *b == 0) && gid[10] == 0xff && gid[11] == 0xff;
-    if v4_mapped { gid[12] & 0xf0 == 0xe0 } else { gid[0] == 0xff }
+    match crate::engine::ipv4_of(gid) {
+        Some(v4) => v4[0] & 0xf0 == 0xe0,
+        None => gid[0] == 0xff,
+    }
 }
 
 /// The multicast groups of one device.

@@ -1493,11 +1493,9 @@ impl Connection {
             // Spec: MR-4.3.3 — the final bytes of a message are placed only
             // once the message (and every earlier one) is complete.
             let now_deliverable = complete && req.msn == self.msg_cum;
-            let t = if op == Opcode::AtomicWrite {
-                // Spec: MR-4.4.6 — an ATOMIC_WRITE's 8 bytes are stored at its
-                // delivery turn, as one unit; they wait in the stash.
-                payload.len().min(TAIL_STASH)
-            } else if last && !now_deliverable {
+            // Spec: MR-4.4.6 — an ATOMIC_WRITE's 8 bytes are stored at its
+            // delivery turn, as one unit: they always wait in the stash.
+            let t = if op == Opcode::AtomicWrite || (last && !now_deliverable) {
                 payload.len().min(TAIL_STASH)
             } else {
                 0

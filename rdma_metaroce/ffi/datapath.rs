@@ -449,12 +449,6 @@ impl<'a> WorkIo<'a> {
     }
 }
 
-/// The IPv4 address inside an IPv4-mapped GID (`::ffff:a.b.c.d`).
-fn ipv4_of(gid: &[u8; 16]) -> Option<[u8; 4]> {
-    let mapped = gid[..10].iter().all(|b| *b == 0) && gid[10] == 0xff && gid[11] == 0xff;
-    mapped.then(|| [gid[12], gid[13], gid[14], gid[15]])
-}
-
 /// An skb being filled with one packet: the protocol writes the packet straight
 /// into the buffer the network stack sends, instead of into a staging buffer that
 /// is then copied (one copy of every payload byte fewer).
@@ -531,7 +525,7 @@ impl WorkIo<'_> {
             Ecn::NotEct => 0,
             Ecn::Ect0 => 2,
         };
-        let Some(d) = ipv4_of(dgid) else {
+        let Some(d) = crate::engine::ipv4_of(dgid) else {
             let sock6 = self.dev.sock6();
             if sock6.is_null() {
                 // SAFETY: Ours (contract), never sent.
@@ -753,6 +747,26 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
     }
 }
 
+/// The source and destination addresses of a received datagram.
+///
+/// # Safety
+///
+/// `skb` is a live UDP datagram skb for the call.
+unsafe fn addrs_of(skb: *mut raw::sk_buff) -> crate::engine::IpPair {
+    let (mut sa, mut da) = (0u32, 0u32);
+    let (mut sa6, mut da6) = ([0u8; 16], [0u8; 16]);
+    // SAFETY: Per the contract `skb` is a live UDP datagram.
+    unsafe {
+        raw::mrc_skb_addrs4(skb, &mut sa, &mut da);
+        raw::mrc_skb_addrs6(skb, sa6.as_mut_ptr(), da6.as_mut_ptr());
+    }
+    if sa != 0 {
+        crate::engine::IpPair::V4(sa.to_ne_bytes(), da.to_ne_bytes())
+    } else {
+        crate::engine::IpPair::V6(sa6, da6)
+    }
+}
+
 /// Hands one received datagram to the engine.
 ///
 /// # Safety
@@ -765,13 +779,8 @@ unsafe fn hand_in(
     t: Instant,
     skb: *mut raw::sk_buff,
 ) {
-    let (mut sa, mut da) = (0u32, 0u32);
-    let (mut sa6, mut da6) = ([0u8; 16], [0u8; 16]);
     // SAFETY: Per the contract `skb` is a live UDP datagram.
-    unsafe {
-        raw::mrc_skb_addrs4(skb, &mut sa, &mut da);
-        raw::mrc_skb_addrs6(skb, sa6.as_mut_ptr(), da6.as_mut_ptr());
-    }
+    let from = unsafe { addrs_of(skb) };
     let mut pieces = Pieces::new();
     let pieces = eng.takes_pieces().then_some(&mut pieces);
     // SAFETY: As above; the pieces stay valid while we own the skb (this call).
@@ -783,11 +792,6 @@ unsafe fn hand_in(
     // Receives the process posted since (a message must not meet an RNR NAK for
     // want of a WQE that is already in the ring).
     eng.pull_posted(io);
-    let from = if sa != 0 {
-        crate::engine::IpPair::V4(sa.to_ne_bytes(), da.to_ne_bytes())
-    } else {
-        crate::engine::IpPair::V6(sa6, da6)
-    };
     d.with_more(|more| {
         let r = Received { bytes: d.first, more, src_port: d.src_port, ce: d.ce, addrs: from };
         eng.on_datagram(sh, io, t, &r);
@@ -1005,22 +1009,8 @@ pub(super) unsafe fn deliver(dev: &IbDev, qpn: u32, skb: *mut raw::sk_buff) -> R
 ///
 /// `skb` is a received UDP datagram owned by the caller; it is consumed.
 pub(super) unsafe fn deliver_multicast(dev: &IbDev, skb: *mut raw::sk_buff) -> usize {
-    let (mut sa, mut da) = (0u32, 0u32);
-    let (mut sa6, mut da6) = ([0u8; 16], [0u8; 16]);
     // SAFETY: Per the contract `skb` is a live UDP datagram.
-    unsafe {
-        raw::mrc_skb_addrs4(skb, &mut sa, &mut da);
-        raw::mrc_skb_addrs6(skb, sa6.as_mut_ptr(), da6.as_mut_ptr());
-    }
-    let group = if da != 0 {
-        let mut g = [0u8; 16];
-        g[10] = 0xff;
-        g[11] = 0xff;
-        g[12..].copy_from_slice(&da.to_ne_bytes());
-        g
-    } else {
-        da6
-    };
+    let group = unsafe { addrs_of(skb) }.dst_gid();
     let mut qpns = [0u32; crate::mcast::MAX_GROUP_QPS];
     let n = dev.data().mcast.members(&group, &mut qpns);
     if n == 0 {

@@ -724,41 +724,37 @@ unsafe fn cq<'a>(ib: *mut raw::ib_cq) -> &'a Cq {
     unsafe { &(*ib.cast::<CqAlloc>()).cq }
 }
 
-/// The GID and QP number of an attach or detach, for a UD QP (`EINVAL` for others:
-/// only datagrams go to groups).
+/// Runs `op` (attach or detach) on the device's multicast groups with the GID and
+/// the QP's number, for a UD QP (`EINVAL` for others: only datagrams go to groups).
 ///
 /// # Safety
 ///
 /// `ib` is a live QP of this driver and `gid` a valid GID, for the call.
-unsafe fn mcast_args(ib: *mut raw::ib_qp, gid: *mut raw::ib_gid) -> Result<([u8; 16], u32)> {
+unsafe fn mcast_op(
+    ib: *mut raw::ib_qp,
+    gid: *mut raw::ib_gid,
+    op: impl FnOnce(&crate::mcast::Groups, [u8; 16], u32) -> Result,
+) -> c_int {
     // SAFETY: Per the contract.
     let (ty, qpn, raw_gid) = unsafe { ((*ib).qp_type, (*ib).qp_num, (*gid).raw) };
     if ty != raw::ib_qp_type_IB_QPT_UD {
-        return Err(EINVAL);
+        return EINVAL.to_errno();
     }
-    Ok((raw_gid, qpn))
+    // SAFETY: A QP's device outlives it.
+    let dev = unsafe { IbDev::from_raw((*ib).device) };
+    op(&dev.data().mcast, raw_gid, qpn).map_or_else(|e| e.to_errno(), |()| 0)
 }
 
 /// `ibv_attach_mcast`: the QP gets a copy of every datagram to the group (spec
 /// MR-3.6.3). ib_core keeps the QP from being destroyed while attached.
 unsafe extern "C" fn attach_mcast_cb(ib: *mut raw::ib_qp, gid: *mut raw::ib_gid, _lid: u16) -> c_int {
     // SAFETY: ib_core passes a live QP of this driver and a valid GID.
-    let r = unsafe { mcast_args(ib, gid) }.and_then(|(gid, qpn)| {
-        // SAFETY: A QP's device outlives it.
-        let dev = unsafe { IbDev::from_raw((*ib).device) };
-        dev.data().mcast.attach(gid, qpn)
-    });
-    r.map_or_else(|e| e.to_errno(), |()| 0)
+    unsafe { mcast_op(ib, gid, |g, gid, qpn| g.attach(gid, qpn)) }
 }
 
 unsafe extern "C" fn detach_mcast_cb(ib: *mut raw::ib_qp, gid: *mut raw::ib_gid, _lid: u16) -> c_int {
     // SAFETY: ib_core passes a live QP of this driver and a valid GID.
-    let r = unsafe { mcast_args(ib, gid) }.and_then(|(gid, qpn)| {
-        // SAFETY: A QP's device outlives it.
-        let dev = unsafe { IbDev::from_raw((*ib).device) };
-        dev.data().mcast.detach(gid, qpn)
-    });
-    r.map_or_else(|e| e.to_errno(), |()| 0)
+    unsafe { mcast_op(ib, gid, |g, gid, qpn| g.detach(gid, qpn)) }
 }
 
 unsafe extern "C" fn alloc_ucontext_cb(_uctx: *mut raw::ib_ucontext, _udata: *mut raw::ib_udata) -> c_int {
