@@ -23,6 +23,7 @@ pub(crate) const fn wc_opcode_raw(op: WcOpcode) -> u32 {
         WcOpcode::Recv => 128,
         WcOpcode::RecvRdmaWithImm => 129,
         WcOpcode::LocalInv => 6,
+        WcOpcode::BindMw => 5,
         WcOpcode::RegMr => 10,
         WcOpcode::AtomicWrite => 9,
         WcOpcode::Flush => 8,

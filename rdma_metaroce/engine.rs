@@ -14,7 +14,7 @@
 use crate::cq::{Grh, Wc};
 use crate::ffi::{TxFrags, UserQueues};
 use crate::ids::IdTable;
-use crate::mr::{MrTable, Need, PdId};
+use crate::mr::{Accessor, Bind, MrTable, Need, PdId, QpId};
 use crate::net::{Counter, Counters};
 use crate::proto::{
     self, ud, AtomicOp, Completion, Config, Connection, Duration, Ecn, Instant, LocalMemory,
@@ -91,6 +91,29 @@ pub(crate) struct SendRequest<'a> {
     pub(crate) local: Option<LocalOp>,
 }
 
+impl SendRequest<'static> {
+    /// A request the device executes itself (`op`), carrying no data.
+    pub(crate) fn local(wr_id: u64, signaled: bool, fence: bool, op: LocalOp) -> Self {
+        SendRequest {
+            wr_id,
+            op: WrOpcode::Send,
+            signaled,
+            solicited: false,
+            fence,
+            sges: &[],
+            inline: None,
+            remote_va: 0,
+            rkey: 0,
+            imm: 0,
+            compare: 0,
+            swap_add: 0,
+            flush_len: 0,
+            ud: None,
+            local: Some(op),
+        }
+    }
+}
+
 /// The wire's Compare and Swap/Add operands of an atomic from verbs' fields: CAS
 /// compares with `compare_add` and swaps in `swap`; FAA adds `compare_add`, and its
 /// Compare field is zero (spec MR-3.3.4).
@@ -98,13 +121,15 @@ pub(crate) fn atomic_operands(op: WrOpcode, compare_add: u64, swap: u64) -> (u64
     if op == WrOpcode::AtomicCas { (compare_add, swap) } else { (0, compare_add) }
 }
 
-/// Work requests that never reach the wire (fast-registration MRs).
+/// Work requests that never reach the wire (fast-registration MRs, memory windows).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum LocalOp {
     /// IB_WR_REG_MR: register the MR's staged page list under `key` with `access`.
     RegMr { key: u32, access: u32 },
-    /// IB_WR_LOCAL_INV: invalidate `key`.
+    /// IB_WR_LOCAL_INV: invalidate `key` (a fast-registration MR or type 2 window).
     LocalInv { key: u32 },
+    /// IB_WR_BIND_MW: bind a memory window (spec MR-9.2.4).
+    BindMw(Bind),
 }
 
 /// What the engine asks of the outside world.
@@ -324,7 +349,8 @@ fn filled<T: Clone>(v: T, n: usize) -> Result<KVec<T>> {
 pub(crate) struct Engine {
     ty: QpType,
     qpn: u32,
-    pd: PdId,
+    /// The QP as its memory accesses name it (protection domain, identity).
+    accessor: Accessor,
     q: Queues,
     /// RC only: the transport state, allocated at creation (zero-filled, then reset
     /// when the QP is connected) so connecting never allocates.
@@ -419,7 +445,7 @@ impl Engine {
         Ok(Self {
             ty,
             qpn,
-            pd,
+            accessor: Accessor { pd, qp: QpId::new() },
             q,
             conn,
             connected: false,
@@ -853,13 +879,13 @@ impl Engine {
                 if !self.connected {
                     return;
                 }
-                let Engine { conn, q, pd, access, counters, errored, .. } = self;
+                let Engine { conn, q, accessor, access, counters, errored, .. } = self;
                 let Some(conn) = conn.as_mut() else { return };
                 // Every posted receive is the connection's before a message needs it.
                 if !*errored {
                     feed_receives(q, conn);
                 }
-                let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters, pages: None };
+                let mut mem = QpMemory { sh, q, by: *accessor, access: *access, counters, pages: None };
                 conn.handle_scattered(now, src_port, ce, bytes, d.more, &mut mem);
             }
             QpType::Ud => self.on_ud(sh, io, d.addrs, bytes),
@@ -891,7 +917,7 @@ impl Engine {
             IpPair::V4(s, dst) => (grh_ipv4(s, dst, d.payload.len()), Grh::Ipv4),
             IpPair::V6(s, dst) => (grh_ipv6(&s, &dst, d.payload.len()), Grh::Ipv6),
         };
-        let mut mem = QpMemory { sh, q: &mut self.q, pd: self.pd, access: self.access, counters: &mut self.counters, pages: None };
+        let mut mem = QpMemory { sh, q: &mut self.q, by: self.accessor, access: self.access, counters: &mut self.counters, pages: None };
         let ok = mem.write_recv(idx as u64, 0, &grh).is_ok()
             && mem.write_recv(idx as u64, GRH_LEN as u32, d.payload).is_ok();
         let status = if ok { WcStatus::Success } else { WcStatus::LocProtErr };
@@ -963,7 +989,7 @@ impl Engine {
         // goes on while the ACK and the next packets are built and sent.
         self.retire_ready(io);
         let mut local_failed = false;
-        let Engine { conn, q, pd, access, counters, remote_gid, tx, tx_large, tx_by_ref, .. } = self;
+        let Engine { conn, q, accessor, access, counters, remote_gid, tx, tx_large, tx_by_ref, .. } = self;
         let conn = conn.as_mut()?;
         if rx_drained && conn.poll_timeout().is_some_and(|t| t <= now) {
             conn.handle_timeout(now);
@@ -974,9 +1000,12 @@ impl Engine {
             let i = q.sqr.idx(q.sqr.fed);
             let Some(s) = q.sq[i] else { break };
             if let Some(op) = s.local {
-                let (r, opcode) = match op {
-                    LocalOp::RegMr { key, access } => (sh.mrs.fast_register(sh.keys, key, *pd, access), WcOpcode::RegMr),
-                    LocalOp::LocalInv { key } => (sh.mrs.invalidate(sh.keys, key, *pd), WcOpcode::LocalInv),
+                let (r, opcode, failed) = match op {
+                    LocalOp::RegMr { key, access } => {
+                        (sh.mrs.fast_register(sh.keys, key, accessor.pd, access), WcOpcode::RegMr, WcStatus::LocProtErr)
+                    }
+                    LocalOp::LocalInv { key } => (sh.mrs.invalidate(sh.keys, key, *accessor), WcOpcode::LocalInv, WcStatus::LocProtErr),
+                    LocalOp::BindMw(b) => (sh.mrs.bind(sh.keys, &b, *accessor), WcOpcode::BindMw, WcStatus::MwBindErr),
                 };
                 if r.is_err() {
                     counters.access_errors += 1;
@@ -985,7 +1014,7 @@ impl Engine {
                 if let Some(slot) = q.sq[i].as_mut() {
                     slot.done = Some(Completion {
                         wr_id: i as u64,
-                        status: if r.is_ok() { WcStatus::Success } else { WcStatus::LocProtErr },
+                        status: if r.is_ok() { WcStatus::Success } else { failed },
                         opcode,
                         byte_len: 0,
                         imm: None,
@@ -1029,7 +1058,7 @@ impl Engine {
             // the list is large enough that making it, or moving it in and out of
             // `mem`, for each packet cost more than building an ACK.
             let pages = by_ref.then(|| TakePages { frags: None, base: tx.as_ptr() as usize, on: false });
-            let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters, pages };
+            let mut mem = QpMemory { sh, q, by: *accessor, access: *access, counters, pages };
             let mut sent = 0;
             let want = conn.max_packet_len();
             // Packets with payload from user memory leave with the pages attached
@@ -1290,8 +1319,8 @@ impl Engine {
             let len = s.wr.len as usize;
             let hdr = ud_header_room();
             let status = {
-                let Engine { q, pd, access, counters, tx, qpn, qkey, src_port, .. } = self;
-                let mut mem = QpMemory { sh, q, pd: *pd, access: *access, counters, pages: None };
+                let Engine { q, accessor, access, counters, tx, qpn, qkey, src_port, .. } = self;
+                let mut mem = QpMemory { sh, q, by: *accessor, access: *access, counters, pages: None };
                 // Gather the payload behind the room the header needs, then build the
                 // datagram around it.
                 let body = &mut tx[hdr..];
@@ -1445,7 +1474,7 @@ struct TakePages {
 struct QpMemory<'a, 'b> {
     sh: &'a Shared<'b>,
     q: &'a mut Queues,
-    pd: PdId,
+    by: Accessor,
     access: u32,
     counters: &'a mut EngineCounters,
     /// While a packet is built for sending by reference: where its payload's
@@ -1539,10 +1568,10 @@ impl LocalMemory for QpMemory<'_, '_> {
         }
         let base = i * self.q.max_send_sge;
         let sges = &self.q.sq_sge[base..base + s.nsge as usize];
-        let (sh, pd) = (self.sh, self.pd);
+        let (sh, by) = (self.sh, self.by);
         if let Some(p) = self.pages.as_mut().filter(|p| p.on && out.len() >= PAGES_MIN) {
             let r = Self::walk(sges, offset, out.len(), |sge, off, range| {
-                sh.mrs.access(sh.keys, sge.lkey, pd, sge.addr + off, range.len(), Need::LocalRead, |m, iova, o| {
+                sh.mrs.access(sh.keys, sge.lkey, by, sge.addr + off, range.len(), Need::LocalRead, |m, iova, o| {
                     m.take_pages(iova, o, range.len(), p.frags())
                 })
             });
@@ -1552,7 +1581,7 @@ impl LocalMemory for QpMemory<'_, '_> {
         }
         let r = Self::walk(sges, offset, out.len(), |sge, off, range| {
             let buf = &mut out[range];
-            sh.mrs.access(sh.keys, sge.lkey, pd, sge.addr + off, buf.len(), Need::LocalRead, |m, iova, o| m.read(iova, o, buf))
+            sh.mrs.access(sh.keys, sge.lkey, by, sge.addr + off, buf.len(), Need::LocalRead, |m, iova, o| m.read(iova, o, buf))
         });
         self.count(r)
     }
@@ -1562,10 +1591,10 @@ impl LocalMemory for QpMemory<'_, '_> {
         let Some(s) = self.q.sq.get(i).copied().flatten() else { return Err(MemError::Access) };
         let base = i * self.q.max_send_sge;
         let sges = &self.q.sq_sge[base..base + s.nsge as usize];
-        let (sh, pd) = (self.sh, self.pd);
+        let (sh, by) = (self.sh, self.by);
         let r = Self::walk(sges, offset, data.len(), |sge, off, range| {
             let d = &data[range];
-            sh.mrs.access(sh.keys, sge.lkey, pd, sge.addr + off, d.len(), Need::LocalWrite, |m, iova, o| m.write(iova, o, d))
+            sh.mrs.access(sh.keys, sge.lkey, by, sge.addr + off, d.len(), Need::LocalWrite, |m, iova, o| m.write(iova, o, d))
         });
         self.count(r)
     }
@@ -1576,7 +1605,7 @@ impl Responder for QpMemory<'_, '_> {
         if self.access & crate::mr::ACCESS_REMOTE_WRITE == 0 {
             return self.count(Err(MemError::Access));
         }
-        let r = self.sh.mrs.access(self.sh.keys, rkey, self.pd, va, data.len(), Need::RemoteWrite, |m, iova, o| m.write(iova, o, data));
+        let r = self.sh.mrs.access(self.sh.keys, rkey, self.by, va, data.len(), Need::RemoteWrite, |m, iova, o| m.write(iova, o, data));
         self.count(r)
     }
 
@@ -1584,16 +1613,16 @@ impl Responder for QpMemory<'_, '_> {
         if self.access & crate::mr::ACCESS_REMOTE_READ == 0 {
             return self.count(Err(MemError::Access));
         }
-        let (sh, pd) = (self.sh, self.pd);
+        let (sh, by) = (self.sh, self.by);
         if let Some(p) = self.pages.as_mut().filter(|p| p.on && out.len() >= PAGES_MIN) {
-            let r = sh.mrs.access(sh.keys, rkey, pd, va, out.len(), Need::RemoteRead, |m, iova, o| {
+            let r = sh.mrs.access(sh.keys, rkey, by, va, out.len(), Need::RemoteRead, |m, iova, o| {
                 m.take_pages(iova, o, out.len(), p.frags())
             });
             if p.taken(r, out) {
                 return Ok(());
             }
         }
-        let r = sh.mrs.access(sh.keys, rkey, pd, va, out.len(), Need::RemoteRead, |m, iova, o| m.read(iova, o, out));
+        let r = sh.mrs.access(sh.keys, rkey, by, va, out.len(), Need::RemoteRead, |m, iova, o| m.read(iova, o, out));
         self.count(r)
     }
 
@@ -1607,7 +1636,7 @@ impl Responder for QpMemory<'_, '_> {
         let mut orig = 0u64;
         // The table is held alone across read-modify-write, so atomics on one
         // device are atomic with respect to each other and to every copy.
-        let r = self.sh.mrs.access_alone(self.sh.keys, rkey, self.pd, va, 8, Need::RemoteAtomic, |m, iova, o| {
+        let r = self.sh.mrs.access_alone(self.sh.keys, rkey, self.by, va, 8, Need::RemoteAtomic, |m, iova, o| {
             let mut b = [0u8; 8];
             if !m.read(iova, o, &mut b) {
                 return false;
@@ -1632,7 +1661,7 @@ impl Responder for QpMemory<'_, '_> {
         }
         // Under the table held alone, as the other atomics run: none of them
         // sees part of the store.
-        let r = self.sh.mrs.access_alone(self.sh.keys, rkey, self.pd, va, 8, Need::RemoteWrite, |m, iova, o| {
+        let r = self.sh.mrs.access_alone(self.sh.keys, rkey, self.by, va, 8, Need::RemoteWrite, |m, iova, o| {
             m.write(iova, o, bytes)
         });
         self.count(r)
@@ -1657,7 +1686,7 @@ impl Responder for QpMemory<'_, '_> {
         // The copies that placed the earlier messages ran under the table's lock;
         // taking it orders them before this, and a CPU's stores to ordinary
         // memory are then visible to all: global visibility needs nothing more.
-        let r = self.sh.mrs.check_rights(self.sh.keys, rkey, self.pd, range, rights);
+        let r = self.sh.mrs.check_rights(self.sh.keys, rkey, self.by, range, rights);
         self.count(r)
     }
 
@@ -1666,18 +1695,18 @@ impl Responder for QpMemory<'_, '_> {
         let Some(s) = self.q.rq.get(i).copied().flatten() else { return Err(MemError::Access) };
         let base = i * self.q.max_recv_sge;
         let sges = &self.q.rq_sge[base..base + s.nsge as usize];
-        let (sh, pd) = (self.sh, self.pd);
+        let (sh, by) = (self.sh, self.by);
         let r = Self::walk(sges, offset, data.len(), |sge, off, range| {
             let d = &data[range];
-            sh.mrs.access(sh.keys, sge.lkey, pd, sge.addr + off, d.len(), Need::LocalWrite, |m, iova, o| m.write(iova, o, d))
+            sh.mrs.access(sh.keys, sge.lkey, by, sge.addr + off, d.len(), Need::LocalWrite, |m, iova, o| m.write(iova, o, d))
         });
         self.count(r)
     }
 
     fn invalidate(&mut self, rkey: u32) -> Result<(), MemError> {
-        // Spec: MR-9.2.3 — only a valid fast-registration MR of the QP's PD (memory
-        // windows are not offered); anything else is an access error.
-        let r = self.sh.mrs.invalidate(self.sh.keys, rkey, self.pd);
+        // Spec: MR-9.2.3 — only a valid fast-registration MR of the QP's PD or a
+        // type 2 memory window this QP bound; anything else is an access error.
+        let r = self.sh.mrs.invalidate(self.sh.keys, rkey, self.by);
         self.count(r)
     }
 

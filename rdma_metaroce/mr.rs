@@ -6,6 +6,11 @@
 //! permission, bounds; any failure is an access error the core turns into a NAK or
 //! a local protection error).
 //!
+//! Memory windows (spec MR-9.2.4) live in the same table, under keys from the same
+//! space: an entry whose backing is a [`Window`] grants remote access, with its own
+//! rights, to part of a region it names by key. A region with windows bound to it
+//! cannot be deregistered, so a window's region is always the one it was bound to.
+//!
 //! The table's lock is held while bytes are copied, so deregistration (which takes
 //! the entry out under the same lock before unpinning the pages) can never free
 //! memory that a copy is using. Copies hold it for reading, so the QPs of a device
@@ -15,6 +20,7 @@
 use crate::ffi::{KernelVa, Umem};
 use crate::ids::IdTable;
 use crate::proto::MemError;
+use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::prelude::*;
 
 /// `IB_ACCESS_LOCAL_WRITE`.
@@ -25,6 +31,10 @@ pub(crate) const ACCESS_REMOTE_WRITE: u32 = 2;
 pub(crate) const ACCESS_REMOTE_READ: u32 = 4;
 /// `IB_ACCESS_REMOTE_ATOMIC`.
 pub(crate) const ACCESS_REMOTE_ATOMIC: u32 = 8;
+/// `IB_ACCESS_MW_BIND`: memory windows may be bound to the region.
+pub(crate) const ACCESS_MW_BIND: u32 = 16;
+/// `IB_ZERO_BASED`: addresses are offsets into the window (not offered).
+pub(crate) const ACCESS_ZERO_BASED: u32 = 32;
 /// `IB_ACCESS_FLUSH_GLOBAL`.
 pub(crate) const ACCESS_FLUSH_GLOBAL: u32 = 256;
 /// `IB_ACCESS_FLUSH_PERSISTENT`.
@@ -34,6 +44,63 @@ pub(crate) const ACCESS_FLUSH_PERSISTENT: u32 = 512;
 /// dereferenced).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) struct PdId(pub(crate) usize);
+
+/// A QP's identity for the memory windows it binds: unlike its number, never
+/// reused while the module is loaded, so a window bound by a destroyed QP never
+/// opens to a new QP that inherits the number.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct QpId(u64);
+
+impl QpId {
+    /// An identity no other QP has had.
+    pub(crate) fn new() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        QpId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// Who makes an access: a QP, by its protection domain and identity.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Accessor {
+    pub(crate) pd: PdId,
+    pub(crate) qp: QpId,
+}
+
+/// A memory window (`ibv_alloc_mw`): while bound, its entry's range, rights and key
+/// give remote access to part of a region of the same PD (spec MR-9.2.4).
+pub(crate) struct Window {
+    /// Type 2 windows are bound by a work request, reachable only through the QP
+    /// that bound them, and unbound by invalidation (LOCAL_INV, SEND_INV). Type 1
+    /// windows are bound by `ibv_bind_mw` and unbound by binding zero bytes.
+    pub(crate) type2: bool,
+    /// The key of the region a valid window is bound to (which counts it in
+    /// [`MrEntry::windows`]).
+    region: u32,
+    /// Type 2: the QP that bound it.
+    qp: QpId,
+}
+
+impl Window {
+    /// A window of `pd` as allocated: bound to nothing.
+    pub(crate) fn entry(pd: PdId, type2: bool) -> MrEntry {
+        let w = Window { type2, region: 0, qp: QpId(0) };
+        MrEntry { key: 0, pd, access: 0, iova: 0, length: 0, mem: Backing::Window(w), valid: false, windows: 0 }
+    }
+}
+
+/// A memory window bind as posted (`IBV_WR_BIND_MW`, `ibv_bind_mw`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Bind {
+    /// The window's key as its consumer knows it (only its slot is looked at; it
+    /// changes at every bind), and the key it has once bound.
+    pub(crate) window: u32,
+    pub(crate) new_key: u32,
+    /// The region's L_Key, the range of it and the `IB_ACCESS_*` rights granted.
+    pub(crate) region: u32,
+    pub(crate) addr: u64,
+    pub(crate) length: u64,
+    pub(crate) access: u32,
+}
 
 /// One registration.
 pub(crate) struct MrEntry {
@@ -48,8 +115,11 @@ pub(crate) struct MrEntry {
     /// Where the bytes are.
     pub(crate) mem: Backing,
     /// Accesses may use it. Always for ordinary MRs; a fast-registration MR is
-    /// valid between a REG_MR and the next (local or remote) invalidation.
+    /// valid between a REG_MR and the next (local or remote) invalidation; a
+    /// window while bound.
     pub(crate) valid: bool,
+    /// Memory windows bound to this region.
+    pub(crate) windows: u32,
 }
 
 /// Largest page list of a fast-registration MR (`max_fast_reg_page_list_len`).
@@ -128,6 +198,8 @@ pub(crate) enum Backing {
     Kernel(KernelVa),
     /// Kernel pages of a fast-registration MR (`iova` is the registration's).
     Pages(PageList),
+    /// A memory window: the memory is its region's.
+    Window(Window),
     /// Nothing reachable (tests).
     #[allow(dead_code)]
     None,
@@ -140,7 +212,7 @@ impl Backing {
             Backing::User(u) => u.read(offset, out),
             Backing::Kernel(k) => k.read(offset, out),
             Backing::Pages(p) => p.walk(iova, offset, out.len(), |va, r| p.va.read(va, &mut out[r])),
-            Backing::None => false,
+            Backing::Window(_) | Backing::None => false,
         }
     }
 
@@ -150,7 +222,7 @@ impl Backing {
     pub(crate) fn take_pages(&self, _iova: u64, offset: u64, len: usize, frags: &mut crate::ffi::TxFrags) -> bool {
         match self {
             Backing::User(u) => u.take_pages(offset, len, frags),
-            Backing::Kernel(_) | Backing::Pages(_) | Backing::None => false,
+            Backing::Kernel(_) | Backing::Pages(_) | Backing::Window(_) | Backing::None => false,
         }
     }
 
@@ -160,7 +232,7 @@ impl Backing {
             Backing::User(u) => u.write(offset, data),
             Backing::Kernel(k) => k.write(offset, data),
             Backing::Pages(p) => p.walk(iova, offset, data.len(), |va, r| p.va.write(va, &data[r])),
-            Backing::None => false,
+            Backing::Window(_) | Backing::None => false,
         }
     }
 }
@@ -177,6 +249,10 @@ pub(crate) enum Need {
 }
 
 impl Need {
+    fn is_local(self) -> bool {
+        matches!(self, Need::LocalRead | Need::LocalWrite)
+    }
+
     fn right(self) -> u32 {
         match self {
             Need::LocalRead => 0,
@@ -226,16 +302,97 @@ impl MrTable {
     }
 
     /// Takes a registration out; once this returns no access can reach it. The
-    /// caller drops it (unpinning the pages) outside the lock.
-    pub(crate) fn remove(&self, keys: &IdTable, key: u32) -> Option<MrEntry> {
+    /// caller drops it (unpinning the pages) outside the lock. `EBUSY`, leaving
+    /// it in place, while memory windows are bound to it (verbs: deregistering
+    /// such a region fails).
+    pub(crate) fn remove(&self, keys: &IdTable, key: u32) -> Result<Option<MrEntry>> {
+        let Some(slot) = keys.slot_of(key) else { return Ok(None) };
+        let mut s = self.slots.write();
+        let Some(cell) = s.get_mut(slot) else { return Ok(None) };
+        match cell {
+            Some(e) if e.key == key && e.windows > 0 => Err(EBUSY),
+            Some(e) if e.key == key => Ok(cell.take()),
+            _ => Ok(None),
+        }
+    }
+
+    /// Takes the memory window in `key`'s slot out (whatever key it was last
+    /// bound under), unbinding it first.
+    pub(crate) fn remove_window(&self, keys: &IdTable, key: u32) -> Option<MrEntry> {
         let slot = keys.slot_of(key)?;
         let mut s = self.slots.write();
-        let cell = s.get_mut(slot)?;
-        if cell.as_ref().is_some_and(|e| e.key == key) {
-            cell.take()
-        } else {
-            None
+        if !matches!(s.get(slot), Some(Some(MrEntry { mem: Backing::Window(_), .. }))) {
+            return None;
         }
+        Self::unbind(&mut s, keys, slot);
+        s.get_mut(slot)?.take()
+    }
+
+    /// Marks the window in `slot` unbound, releasing its region.
+    fn unbind(slots: &mut [Option<MrEntry>], keys: &IdTable, slot: usize) {
+        let Some(Some(e)) = slots.get_mut(slot) else { return };
+        let Backing::Window(w) = &e.mem else { return };
+        if !core::mem::replace(&mut e.valid, false) {
+            return;
+        }
+        let region = w.region;
+        if let Some(Some(r)) = keys.slot_of(region).and_then(|i| slots.get_mut(i)) {
+            if r.key == region {
+                r.windows = r.windows.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Executes a memory window bind posted by `by` (spec MR-9.2.4). The checks
+    /// are verbs': the window and the region belong to the QP's PD; a type 2
+    /// window is not bound already and gets a range of at least one byte; a zero
+    /// length unbinds a type 1 window; the region (not a fast-registration one,
+    /// whose key changes under it) grants `IB_ACCESS_MW_BIND`,
+    /// and local write if the window is to grant remote write or atomics; the
+    /// range lies inside the region; the new key names the same slot.
+    pub(crate) fn bind(&self, keys: &IdTable, b: &Bind, by: Accessor) -> Result<(), MemError> {
+        let slot = keys.slot_of(b.window).ok_or(MemError::Access)?;
+        if keys.slot_of(b.new_key) != Some(slot) || b.access & ACCESS_ZERO_BASED != 0 {
+            return Err(MemError::Access);
+        }
+        let mut s = self.slots.write();
+        let (type2, bound) = match s.get(slot) {
+            Some(Some(MrEntry { pd, valid, mem: Backing::Window(w), .. })) if *pd == by.pd => (w.type2, *valid),
+            _ => return Err(MemError::Access),
+        };
+        if type2 && (bound || b.length == 0) {
+            return Err(MemError::Access);
+        }
+        let region = if b.length == 0 {
+            None
+        } else {
+            let i = keys.slot_of(b.region).ok_or(MemError::Access)?;
+            let r = s.get(i).and_then(|c| c.as_ref()).ok_or(MemError::Access)?;
+            let writes = ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC;
+            if r.key != b.region
+                || !r.valid
+                || r.pd != by.pd
+                || matches!(r.mem, Backing::Pages(_) | Backing::Window(_))
+                || r.access & ACCESS_MW_BIND == 0
+                || (b.access & writes != 0 && r.access & ACCESS_LOCAL_WRITE == 0)
+                || offset_in(r, b.addr, b.length).is_none()
+            {
+                return Err(MemError::Access);
+            }
+            Some(i)
+        };
+        Self::unbind(&mut s, keys, slot);
+        if let Some(Some(r)) = region.and_then(|i| s.get_mut(i)) {
+            r.windows += 1;
+        }
+        let e = s.get_mut(slot).and_then(|c| c.as_mut()).ok_or(MemError::Access)?;
+        e.key = b.new_key;
+        e.iova = b.addr;
+        e.length = b.length;
+        e.access = b.access;
+        e.valid = region.is_some();
+        e.mem = Backing::Window(Window { type2, region: b.region, qp: by.qp });
+        Ok(())
     }
 
     /// Stages the page list a consumer mapped for the fast-registration MR whose
@@ -279,17 +436,27 @@ impl MrTable {
         Ok(())
     }
 
-    /// Invalidates the fast-registration MR `key` of `pd` (LOCAL_INV, or
-    /// SEND_WITH_INV from the peer). Ordinary MRs cannot be invalidated.
-    pub(crate) fn invalidate(&self, keys: &IdTable, key: u32, pd: PdId) -> Result<(), MemError> {
+    /// Invalidates `key` for `by` (LOCAL_INV, or SEND_WITH_INV from the peer,
+    /// spec MR-9.2.3): a valid fast-registration MR of its PD, or a type 2 memory
+    /// window it bound. Ordinary MRs and type 1 windows cannot be invalidated.
+    pub(crate) fn invalidate(&self, keys: &IdTable, key: u32, by: Accessor) -> Result<(), MemError> {
         let slot = keys.slot_of(key).ok_or(MemError::Access)?;
         let mut s = self.slots.write();
         let e = s.get_mut(slot).and_then(|c| c.as_mut()).ok_or(MemError::Access)?;
-        if e.key != key || !e.valid || e.pd != pd || !matches!(e.mem, Backing::Pages(_)) {
+        if e.key != key || !e.valid || e.pd != by.pd {
             return Err(MemError::Access);
         }
-        e.valid = false;
-        Ok(())
+        match &e.mem {
+            Backing::Pages(_) => {
+                e.valid = false;
+                Ok(())
+            }
+            Backing::Window(w) if w.type2 && w.qp == by.qp => {
+                Self::unbind(&mut s, keys, slot);
+                Ok(())
+            }
+            _ => Err(MemError::Access),
+        }
     }
 
     /// Runs `f(memory, registration iova, offset)` on the memory of `key` at the
@@ -300,15 +467,14 @@ impl MrTable {
         &self,
         keys: &IdTable,
         key: u32,
-        pd: PdId,
+        by: Accessor,
         va: u64,
         len: usize,
         need: Need,
         f: impl FnOnce(&Backing, u64, u64) -> bool,
     ) -> Result<(), MemError> {
-        let slot = keys.slot_of(key).ok_or(MemError::Access)?;
         let s = self.slots.read();
-        Self::checked(&s, slot, key, pd, va, len, need, f)
+        Self::checked(&s, keys, key, by, va, len, need, f)
     }
 
     /// [`Self::access`] with the table held alone, so that `f` is atomic with
@@ -317,55 +483,78 @@ impl MrTable {
         &self,
         keys: &IdTable,
         key: u32,
-        pd: PdId,
+        by: Accessor,
         va: u64,
         len: usize,
         need: Need,
         f: impl FnOnce(&Backing, u64, u64) -> bool,
     ) -> Result<(), MemError> {
-        let slot = keys.slot_of(key).ok_or(MemError::Access)?;
         let s = self.slots.write();
-        Self::checked(&s, slot, key, pd, va, len, need, f)
+        Self::checked(&s, keys, key, by, va, len, need, f)
     }
 
     /// Checks that `key` names a valid region of `pd` granting every right in
     /// `rights` and, if given, that `(va, len)` lies within it (spec MR-9.2; a
     /// FLUSH, MR-4.4.7, touches no byte itself).
-    pub(crate) fn check_rights(&self, keys: &IdTable, key: u32, pd: PdId, range: Option<(u64, u64)>, rights: u32) -> Result<(), MemError> {
-        let slot = keys.slot_of(key).ok_or(MemError::Access)?;
+    pub(crate) fn check_rights(&self, keys: &IdTable, key: u32, by: Accessor, range: Option<(u64, u64)>, rights: u32) -> Result<(), MemError> {
         let s = self.slots.read();
-        let e = s.get(slot).and_then(|c| c.as_ref()).ok_or(MemError::Access)?;
-        if e.key != key || !e.valid || e.pd != pd || e.access & rights != rights {
-            return Err(MemError::Access);
-        }
-        match range {
-            Some((va, len)) if offset_in(e, va, len).is_none() => Err(MemError::Access),
-            _ => Ok(()),
-        }
+        Self::resolve(&s, keys, key, by, rights, false, range).map(|_| ())
     }
 
-    /// Spec: MR-9.2 — key, PD, right and bounds, then `f`.
+    /// Spec: MR-9.2 — [`Self::resolve`], then `f`.
     #[allow(clippy::too_many_arguments)]
     fn checked(
         slots: &[Option<MrEntry>],
-        slot: usize,
+        keys: &IdTable,
         key: u32,
-        pd: PdId,
+        by: Accessor,
         va: u64,
         len: usize,
         need: Need,
         f: impl FnOnce(&Backing, u64, u64) -> bool,
     ) -> Result<(), MemError> {
-        let e = slots.get(slot).and_then(|c| c.as_ref()).ok_or(MemError::Access)?;
-        if e.key != key || !e.valid || e.pd != pd || e.access & need.right() != need.right() {
-            return Err(MemError::Access);
-        }
-        let off = offset_in(e, va, len as u64).ok_or(MemError::Access)?;
-        if f(&e.mem, e.iova, off) {
+        let (r, off) = Self::resolve(slots, keys, key, by, need.right(), need.is_local(), Some((va, len as u64)))?;
+        if f(&r.mem, r.iova, off) {
             Ok(())
         } else {
             Err(MemError::Access)
         }
+    }
+
+    /// The region an access by `by` with `key` reaches, and the offset of `range`
+    /// in it, after the checks (spec MR-9.2.1): a valid entry under exactly this
+    /// key, of the QP's PD, granting `rights`, holding the range. A window (spec
+    /// MR-9.2.4) is then checked as remote-only and, for type 2, as the binding
+    /// QP's; the range is found in its region.
+    #[allow(clippy::too_many_arguments)]
+    fn resolve<'s>(
+        slots: &'s [Option<MrEntry>],
+        keys: &IdTable,
+        key: u32,
+        by: Accessor,
+        rights: u32,
+        local: bool,
+        range: Option<(u64, u64)>,
+    ) -> Result<(&'s MrEntry, u64), MemError> {
+        let valid = |k: u32| {
+            let e = keys.slot_of(k).and_then(|i| slots.get(i)).and_then(|c| c.as_ref())?;
+            (e.key == k && e.valid).then_some(e)
+        };
+        let offset = |e: &MrEntry| match range {
+            Some((va, len)) => offset_in(e, va, len).ok_or(MemError::Access),
+            None => Ok(0),
+        };
+        let e = valid(key).ok_or(MemError::Access)?;
+        if e.pd != by.pd || e.access & rights != rights {
+            return Err(MemError::Access);
+        }
+        let off = offset(e)?;
+        let Backing::Window(w) = &e.mem else { return Ok((e, off)) };
+        if local || (w.type2 && w.qp != by.qp) {
+            return Err(MemError::Access);
+        }
+        let r = valid(w.region).ok_or(MemError::Access)?;
+        Ok((r, offset(r)?))
     }
 }
 
@@ -374,7 +563,7 @@ mod tests {
     use super::*;
 
     fn entry(iova: u64, length: u64) -> MrEntry {
-        MrEntry { key: 0x100, pd: PdId(1), access: ACCESS_LOCAL_WRITE, iova, length, mem: Backing::None, valid: true }
+        MrEntry { key: 0x100, pd: PdId(1), access: ACCESS_LOCAL_WRITE, iova, length, mem: Backing::None, valid: true, windows: 0 }
     }
 
     #[test]
@@ -394,21 +583,120 @@ mod tests {
         let key = keys.alloc()?;
         t.insert(&keys, MrEntry { key, ..entry(0x1000, 0x100) })?;
         let ok = |_: &Backing, _: u64, _: u64| true;
-        assert_eq!(t.access(&keys, key, PdId(1), 0x1000, 8, Need::LocalRead, ok), Ok(()));
-        assert_eq!(t.access(&keys, key, PdId(1), 0x1000, 8, Need::LocalWrite, ok), Ok(()));
-        assert_eq!(t.access(&keys, key, PdId(1), 0x10f9, 8, Need::LocalRead, ok), Err(MemError::Access));
-        assert_eq!(t.access(&keys, key, PdId(1), 0x1000, 8, Need::LocalRead, |_, _, _| false), Err(MemError::Access));
-        assert_eq!(t.access(&keys, key ^ 1, PdId(1), 0x1000, 8, Need::LocalRead, ok), Err(MemError::Access));
-        assert_eq!(t.access(&keys, key, PdId(2), 0x1000, 8, Need::LocalRead, ok), Err(MemError::Access));
-        assert_eq!(t.access(&keys, key, PdId(1), 0x1000, 8, Need::RemoteWrite, ok), Err(MemError::Access));
+        let qp = Accessor { pd: PdId(1), qp: QpId::new() };
+        let other = Accessor { pd: PdId(2), ..qp };
+        assert_eq!(t.access(&keys, key, qp, 0x1000, 8, Need::LocalRead, ok), Ok(()));
+        assert_eq!(t.access(&keys, key, qp, 0x1000, 8, Need::LocalWrite, ok), Ok(()));
+        assert_eq!(t.access(&keys, key, qp, 0x10f9, 8, Need::LocalRead, ok), Err(MemError::Access));
+        assert_eq!(t.access(&keys, key, qp, 0x1000, 8, Need::LocalRead, |_, _, _| false), Err(MemError::Access));
+        assert_eq!(t.access(&keys, key ^ 1, qp, 0x1000, 8, Need::LocalRead, ok), Err(MemError::Access));
+        assert_eq!(t.access(&keys, key, other, 0x1000, 8, Need::LocalRead, ok), Err(MemError::Access));
+        assert_eq!(t.access(&keys, key, qp, 0x1000, 8, Need::RemoteWrite, ok), Err(MemError::Access));
         // Held alone (atomics): the same checks.
-        assert_eq!(t.access_alone(&keys, key, PdId(1), 0x1000, 8, Need::LocalWrite, ok), Ok(()));
-        assert_eq!(t.access_alone(&keys, key, PdId(1), 0x10f9, 8, Need::LocalRead, ok), Err(MemError::Access));
-        assert_eq!(t.access_alone(&keys, key, PdId(2), 0x1000, 8, Need::LocalRead, ok), Err(MemError::Access));
-        assert_eq!(t.access_alone(&keys, key, PdId(1), 0x1000, 8, Need::RemoteAtomic, ok), Err(MemError::Access));
-        assert!(t.remove(&keys, key ^ 1).is_none());
-        assert!(t.remove(&keys, key).is_some());
-        assert!(t.remove(&keys, key).is_none());
+        assert_eq!(t.access_alone(&keys, key, qp, 0x1000, 8, Need::LocalWrite, ok), Ok(()));
+        assert_eq!(t.access_alone(&keys, key, qp, 0x10f9, 8, Need::LocalRead, ok), Err(MemError::Access));
+        assert_eq!(t.access_alone(&keys, key, other, 0x1000, 8, Need::LocalRead, ok), Err(MemError::Access));
+        assert_eq!(t.access_alone(&keys, key, qp, 0x1000, 8, Need::RemoteAtomic, ok), Err(MemError::Access));
+        assert!(t.remove(&keys, key ^ 1)?.is_none());
+        assert!(t.remove(&keys, key)?.is_some());
+        assert!(t.remove(&keys, key)?.is_none());
+        Ok(())
+    }
+
+    /// A region of PD 1 at 0x1000..0x1100 that windows may be bound to, and a window
+    /// of each type; returns (region key, type 1 key, type 2 key).
+    fn windows_setup(keys: &IdTable, t: &MrTable) -> Result<(u32, u32, u32)> {
+        let region = keys.alloc()?;
+        let access = ACCESS_LOCAL_WRITE | ACCESS_MW_BIND;
+        t.insert(keys, MrEntry { key: region, access, ..entry(0x1000, 0x100) })?;
+        let (w1, w2) = (keys.alloc()?, keys.alloc()?);
+        t.insert(keys, MrEntry { key: w1, ..Window::entry(PdId(1), false) })?;
+        t.insert(keys, MrEntry { key: w2, ..Window::entry(PdId(1), true) })?;
+        Ok((region, w1, w2))
+    }
+
+    fn bind(window: u32, new_key: u32, region: u32, addr: u64, length: u64, access: u32) -> Bind {
+        Bind { window, new_key, region, addr, length, access }
+    }
+
+    #[test]
+    fn windows_grant_their_own_range_and_rights_to_remote_accesses() -> Result {
+        let keys = KBox::pin_init(IdTable::new(crate::ids::Layout::Key, 16, 1, 0x5a)?, GFP_KERNEL)?;
+        let t = KBox::pin_init(MrTable::new(16)?, GFP_KERNEL)?;
+        let (region, w1, w2) = windows_setup(&keys, &t)?;
+        let (qp, peer) = (Accessor { pd: PdId(1), qp: QpId::new() }, Accessor { pd: PdId(1), qp: QpId::new() });
+        let ok = |_: &Backing, _: u64, _: u64| true;
+        // Succeeds only if the copy is handed the region's memory at `want`
+        // (its iova, the offset into it).
+        let at = |want: (u64, u64)| move |_: &Backing, iova: u64, off: u64| (iova, off) == want;
+        // Type 1 under a new low byte, remote write over 0x1010..0x1030.
+        let k1 = w1 ^ 0x01;
+        assert_eq!(t.bind(&keys, &bind(w1, k1, region, 0x1010, 0x20, ACCESS_REMOTE_WRITE), qp), Ok(()));
+        assert_eq!(t.access(&keys, k1, peer, 0x1018, 8, Need::RemoteWrite, at((0x1000, 0x18))), Ok(()));
+        // Not the old key, not beyond the window, not a right it lacks, never local.
+        assert_eq!(t.access(&keys, w1, peer, 0x1018, 8, Need::RemoteWrite, ok), Err(MemError::Access));
+        assert_eq!(t.access(&keys, k1, peer, 0x102c, 8, Need::RemoteWrite, ok), Err(MemError::Access));
+        assert_eq!(t.access(&keys, k1, peer, 0x1018, 8, Need::RemoteRead, ok), Err(MemError::Access));
+        assert_eq!(t.access(&keys, k1, peer, 0x1018, 8, Need::LocalWrite, ok), Err(MemError::Access));
+        // A region with a window bound cannot go; type 1 cannot be invalidated, a
+        // zero-length bind unbinds it.
+        assert_eq!(t.remove(&keys, region).err(), Some(EBUSY));
+        assert_eq!(t.invalidate(&keys, k1, qp), Err(MemError::Access));
+        let k1b = k1 ^ 0x02;
+        assert_eq!(t.bind(&keys, &bind(k1, k1b, region, 0, 0, 0), qp), Ok(()));
+        assert_eq!(t.access(&keys, k1b, peer, 0x1018, 8, Need::RemoteWrite, ok), Err(MemError::Access));
+        // Type 2: only through the QP that bound it, until invalidated.
+        let k2 = w2 ^ 0x10;
+        assert_eq!(t.bind(&keys, &bind(w2, k2, region, 0x1000, 0x100, ACCESS_REMOTE_READ), qp), Ok(()));
+        assert_eq!(t.access(&keys, k2, qp, 0x10f8, 8, Need::RemoteRead, ok), Ok(()));
+        assert_eq!(t.access(&keys, k2, peer, 0x10f8, 8, Need::RemoteRead, ok), Err(MemError::Access));
+        assert_eq!(t.check_rights(&keys, k2, qp, Some((0x1000, 0x100)), ACCESS_REMOTE_READ), Ok(()));
+        // Bound already: no second bind; another QP cannot invalidate it.
+        assert_eq!(t.bind(&keys, &bind(k2, k2 ^ 1, region, 0x1000, 8, ACCESS_REMOTE_READ), qp), Err(MemError::Access));
+        assert_eq!(t.invalidate(&keys, k2, peer), Err(MemError::Access));
+        assert_eq!(t.invalidate(&keys, k2, qp), Ok(()));
+        assert_eq!(t.access(&keys, k2, qp, 0x10f8, 8, Need::RemoteRead, ok), Err(MemError::Access));
+        assert_eq!(t.invalidate(&keys, k2, qp), Err(MemError::Access));
+        // Unbound everywhere: the region may go, and the windows with it.
+        assert!(t.remove_window(&keys, w1).is_some());
+        assert!(t.remove_window(&keys, region).is_none());
+        assert!(t.remove(&keys, region)?.is_some());
+        Ok(())
+    }
+
+    #[test]
+    fn binds_follow_the_verbs_rules() -> Result {
+        let keys = KBox::pin_init(IdTable::new(crate::ids::Layout::Key, 16, 1, 0x5a)?, GFP_KERNEL)?;
+        let t = KBox::pin_init(MrTable::new(16)?, GFP_KERNEL)?;
+        let (region, w1, w2) = windows_setup(&keys, &t)?;
+        let qp = Accessor { pd: PdId(1), qp: QpId::new() };
+        let rw = ACCESS_REMOTE_WRITE;
+        let refused = [
+            // Another PD's QP; a new key in another slot; a zero-based window.
+            (bind(w1, w1 ^ 1, region, 0x1000, 8, rw), Accessor { pd: PdId(2), ..qp }),
+            (bind(w1, w1 ^ 0x100, region, 0x1000, 8, rw), qp),
+            (bind(w1, w1 ^ 1, region, 0x1000, 8, rw | ACCESS_ZERO_BASED), qp),
+            // Beyond the region; not a region's key; a type 2 of zero bytes.
+            (bind(w1, w1 ^ 1, region, 0x10f9, 8, rw), qp),
+            (bind(w1, w1 ^ 1, w2, 0x1000, 8, rw), qp),
+            (bind(w2, w2 ^ 1, region, 0x1000, 0, rw), qp),
+        ];
+        for (b, by) in refused {
+            assert_eq!(t.bind(&keys, &b, by), Err(MemError::Access));
+        }
+        // A region without MW_BIND, or without local write for a writable window.
+        let plain = keys.alloc()?;
+        t.insert(&keys, MrEntry { key: plain, ..entry(0x1000, 0x100) })?;
+        assert_eq!(t.bind(&keys, &bind(w1, w1 ^ 1, plain, 0x1000, 8, rw), qp), Err(MemError::Access));
+        let readonly = keys.alloc()?;
+        let e = MrEntry { key: readonly, access: ACCESS_MW_BIND, ..entry(0x1000, 0x100) };
+        t.insert(&keys, e)?;
+        assert_eq!(t.bind(&keys, &bind(w1, w1 ^ 1, readonly, 0x1000, 8, rw), qp), Err(MemError::Access));
+        assert_eq!(t.bind(&keys, &bind(w1, w1 ^ 1, readonly, 0x1000, 8, ACCESS_REMOTE_READ), qp), Ok(()));
+        // Rebinding a type 1 window moves it: the first region is free to go.
+        assert_eq!(t.bind(&keys, &bind(w1 ^ 1, w1 ^ 2, region, 0x1000, 8, rw), qp), Ok(()));
+        assert!(t.remove(&keys, readonly)?.is_some());
+        assert_eq!(t.remove(&keys, region).err(), Some(EBUSY));
         Ok(())
     }
 }

@@ -246,6 +246,7 @@ fn opcode_name(o: WcOpcode) -> &'static str {
         WcOpcode::RecvRdmaWithImm => "recv_imm",
         WcOpcode::RegMr => "reg_mr",
         WcOpcode::LocalInv => "local_inv",
+        WcOpcode::BindMw => "bind_mw",
         WcOpcode::AtomicWrite => "atomic_write",
         WcOpcode::Flush => "flush",
     }

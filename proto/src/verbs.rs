@@ -204,6 +204,8 @@ pub enum WcStatus {
     LocProtErr,
     /// `IB_WC_WR_FLUSH_ERR`: flushed because the QP entered the error state.
     WrFlushErr,
+    /// `IB_WC_MW_BIND_ERR`: a memory window bind the local device refused.
+    MwBindErr,
     /// `IB_WC_REM_INV_REQ_ERR`.
     RemInvReqErr,
     /// `IB_WC_REM_ACCESS_ERR`.
@@ -226,6 +228,7 @@ impl WcStatus {
             WcStatus::LocQpOpErr => 2,
             WcStatus::LocProtErr => 4,
             WcStatus::WrFlushErr => 5,
+            WcStatus::MwBindErr => 6,
             WcStatus::RemInvReqErr => 9,
             WcStatus::RemAccessErr => 10,
             WcStatus::RemOpErr => 11,
@@ -257,6 +260,8 @@ pub enum WcOpcode {
     RegMr,
     /// `IB_WC_LOCAL_INV`: a local invalidation the local device executed (no packet).
     LocalInv,
+    /// `IB_WC_BIND_MW`: a memory window bind the local device executed (no packet).
+    BindMw,
     /// `IB_WC_ATOMIC_WRITE`.
     AtomicWrite,
     /// `IB_WC_FLUSH`.

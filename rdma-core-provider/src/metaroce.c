@@ -141,6 +141,66 @@ static int metaroce_dereg_mr(struct verbs_mr *vmr)
 }
 
 /*
+ * Memory windows (MetaRoCE MR-9.2.4). The module keeps them with the regions;
+ * binding goes through the send queue, so a bind takes effect in order with
+ * the QP's other work.
+ */
+static struct ibv_mw *metaroce_alloc_mw(struct ibv_pd *pd,
+					enum ibv_mw_type type)
+{
+	struct ibv_alloc_mw cmd = {};
+	struct ib_uverbs_alloc_mw_resp resp = {};
+	struct ibv_mw *mw;
+	int ret;
+
+	mw = calloc(1, sizeof(*mw));
+	if (!mw) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ret = ibv_cmd_alloc_mw(pd, type, mw, &cmd, sizeof(cmd), &resp,
+			       sizeof(resp));
+	if (ret) {
+		free(mw);
+		errno = ret;
+		return NULL;
+	}
+	return mw;
+}
+
+static int metaroce_dealloc_mw(struct ibv_mw *mw)
+{
+	int ret = ibv_cmd_dealloc_mw(mw);
+
+	if (ret)
+		return ret;
+	free(mw);
+	return 0;
+}
+
+/* ibv_bind_mw (type 1; libibverbs checked the type and the PDs): a BIND_MW
+ * work request under the window's next key. The window carries that key
+ * from now on; if the bind completes in error, the caller undoes it. */
+static int metaroce_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw,
+			    struct ibv_mw_bind *bind)
+{
+	struct ibv_send_wr wr = {}, *bad_wr;
+	int ret;
+
+	wr.wr_id = bind->wr_id;
+	wr.send_flags = bind->send_flags;
+	wr.opcode = IBV_WR_BIND_MW;
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+	wr.bind_mw.bind_info = bind->bind_info;
+	ret = metaroce_post_send(qp, &wr, &bad_wr);
+	if (ret)
+		return ret;
+	mw->rkey = wr.bind_mw.rkey;
+	return 0;
+}
+
+/*
  * Address handles are resolved by the kernel (for RoCE it looks up the
  * destination MAC itself), so the provider only passes the attributes on.
  */
@@ -193,18 +253,21 @@ static void metaroce_free_context(struct ibv_context *ibctx);
 
 /*
  * Every op not listed here keeps libibverbs' default, which fails with
- * EOPNOTSUPP (memory windows, XRC, WQs/RSS, flows, counters, DM, TD/parent
+ * EOPNOTSUPP (XRC, WQs/RSS, flows, counters, DM, TD/parent
  * domains, ECE, ...).
  */
 static const struct verbs_context_ops metaroce_ctx_ops = {
+	.alloc_mw = metaroce_alloc_mw,
 	.alloc_pd = metaroce_alloc_pd,
 	.attach_mcast = metaroce_attach_mcast,
+	.bind_mw = metaroce_bind_mw,
 	.create_ah = metaroce_create_ah,
 	.create_cq = metaroce_create_cq,
 	.create_cq_ex = metaroce_create_cq_ex,
 	.create_qp = metaroce_create_qp,
 	.create_qp_ex = metaroce_create_qp_ex,
 	.create_srq = metaroce_create_srq,
+	.dealloc_mw = metaroce_dealloc_mw,
 	.dealloc_pd = metaroce_dealloc_pd,
 	.dereg_mr = metaroce_dereg_mr,
 	.destroy_ah = metaroce_destroy_ah,

@@ -66,6 +66,18 @@ static int ring_check_send(struct metaroce_qp *qp, const struct ibv_send_wr *wr,
 	case IBV_WR_ATOMIC_WRITE:
 	case IBV_WR_FLUSH:
 		break;
+	case IBV_WR_LOCAL_INV:
+		*inline_len = 0;
+		return 0;
+	case IBV_WR_BIND_MW:
+		/* Memory windows (MetaRoCE MR-9.2.4): the module checks the
+		 * window, the region and the range when the bind executes. */
+		*inline_len = 0;
+		if (!wr->bind_mw.mw || wr->num_sge ||
+		    wr->bind_mw.bind_info.mw_access_flags & IBV_ACCESS_ZERO_BASED ||
+		    (!wr->bind_mw.bind_info.mr && wr->bind_mw.bind_info.length))
+			return EINVAL;
+		return 0;
 	default:
 		return EINVAL;
 	}
@@ -127,6 +139,25 @@ static void ring_write_send(struct metaroce_qp *qp, void *slot,
 		memset(w->dgid, 0, sizeof(w->dgid));
 		w->remote_qpn = 0;
 		w->remote_qkey = 0;
+	}
+	if (wr->opcode == IBV_WR_LOCAL_INV || wr->opcode == IBV_WR_BIND_MW) {
+		/* No data: the fields as the module's header lays them out. */
+		const struct ibv_mw_bind_info *b = &wr->bind_mw.bind_info;
+
+		w->num_sge = 0;
+		w->inline_len = 0;
+		w->send_flags &= ~IBV_SEND_INLINE;
+		if (wr->opcode == IBV_WR_LOCAL_INV) {
+			w->ex = wr->invalidate_rkey;
+			return;
+		}
+		w->ex = wr->bind_mw.mw->rkey;
+		w->rkey = wr->bind_mw.rkey;
+		w->remote_addr = b->addr;
+		w->compare_add = b->length;
+		w->swap = (uint64_t)b->mw_access_flags << METAROCE_BIND_ACCESS_SHIFT |
+			  (b->mr ? b->mr->lkey : 0);
+		return;
 	}
 	switch (wr->opcode) {
 	case IBV_WR_RDMA_WRITE:

@@ -173,15 +173,26 @@ static void wr_atomic_fetch_add(struct ibv_qp_ex *qpx, uint32_t rkey,
 	wr_atomic(qpx, IBV_WR_ATOMIC_FETCH_AND_ADD, rkey, remote_addr, add, 0);
 }
 
+/* A type 2 window's bind; the caller chose the new rkey (the window's index,
+ * a new low byte) and keeps track of it. */
 static void wr_bind_mw(struct ibv_qp_ex *qpx, struct ibv_mw *mw, uint32_t rkey,
 		       const struct ibv_mw_bind_info *info)
 {
-	wr_unsupported(qpx);
+	struct metaroce_pending_wr *p = wr_open(qpx, IBV_WR_BIND_MW);
+
+	if (!p)
+		return;
+	p->wr.bind_mw.mw = mw;
+	p->wr.bind_mw.rkey = rkey;
+	p->wr.bind_mw.bind_info = *info;
 }
 
 static void wr_local_inv(struct ibv_qp_ex *qpx, uint32_t invalidate_rkey)
 {
-	wr_unsupported(qpx);
+	struct metaroce_pending_wr *p = wr_open(qpx, IBV_WR_LOCAL_INV);
+
+	if (p)
+		p->wr.invalidate_rkey = invalidate_rkey;
 }
 
 static void wr_send_tso(struct ibv_qp_ex *qpx, void *hdr, uint16_t hdr_sz,

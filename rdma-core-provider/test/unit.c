@@ -321,10 +321,42 @@ static void test_wr_api(void)
 	CHECK(ibv_wr_complete(qpx) == EINVAL);
 	CHECK(posted.calls == 0);
 
+	/* Memory-window operations: the bind's window, key and range, and
+	 * the key to invalidate, as the post path lays them out. */
+	{
+		struct ibv_mw mw = { .rkey = 0x1200 };
+		struct ibv_mr mr = { .lkey = 0x3400 };
+		struct ibv_mw_bind_info info = {
+			.mr = &mr, .addr = 0x5000, .length = 64,
+			.mw_access_flags = IBV_ACCESS_REMOTE_WRITE,
+		};
+
+		ibv_wr_start(qpx);
+		qpx->wr_id = 7;
+		ibv_wr_bind_mw(qpx, &mw, 0x1201, &info);
+		qpx->wr_id = 8;
+		ibv_wr_local_inv(qpx, 0x1201);
+		posted.calls = 0;
+		CHECK(ibv_wr_complete(qpx) == 0);
+		CHECK(posted.calls == 1 && posted.n == 2);
+		CHECK(posted.wr[0].opcode == IBV_WR_BIND_MW &&
+		      posted.wr[0].bind_mw.mw == &mw &&
+		      posted.wr[0].bind_mw.rkey == 0x1201 &&
+		      posted.wr[0].bind_mw.bind_info.mr == &mr &&
+		      posted.wr[0].bind_mw.bind_info.addr == 0x5000 &&
+		      posted.wr[0].bind_mw.bind_info.length == 64 &&
+		      posted.wr[0].bind_mw.bind_info.mw_access_flags ==
+			      IBV_ACCESS_REMOTE_WRITE);
+		CHECK(posted.wr[1].wr_id == 8 &&
+		      posted.wr[1].opcode == IBV_WR_LOCAL_INV &&
+		      posted.wr[1].invalidate_rkey == 0x1201);
+	}
+
 	/* Unsupported opcodes fail at complete. */
+	posted.calls = 0;
 	ibv_wr_start(qpx);
 	ibv_wr_send(qpx);
-	ibv_wr_local_inv(qpx, 5);
+	ibv_wr_send_tso(qpx, msg, 4, 1000);
 	CHECK(ibv_wr_complete(qpx) == EOPNOTSUPP);
 	CHECK(posted.calls == 0);
 
@@ -345,7 +377,7 @@ static void test_create_qp_ex_checks(void)
 		.qp_type = IBV_QPT_RC,
 		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
 		.pd = &fake_pd,
-		.send_ops_flags = IBV_QP_EX_WITH_BIND_MW,
+		.send_ops_flags = IBV_QP_EX_WITH_TSO,
 	};
 
 	errno = 0;

@@ -1111,26 +1111,11 @@ unsafe fn decode_send<'a>(
         raw::ib_wr_opcode_IB_WR_LOCAL_INV => Some(LocalOp::LocalInv { key: unsafe { w.ex.invalidate_rkey } }),
         _ => None,
     };
-    if local.is_some() {
+    if let Some(op) = local {
         // SAFETY: `wr_id` is the active member for verbs consumers.
         let wr_id = unsafe { w.__bindgen_anon_1.wr_id };
-        return Ok(SendRequest {
-            wr_id,
-            op: WrOpcode::Send,
-            signaled: flags & raw::ib_send_flags_IB_SEND_SIGNALED as u32 != 0,
-            solicited: false,
-            fence: flags & raw::ib_send_flags_IB_SEND_FENCE as u32 != 0,
-            sges: &[],
-            inline: None,
-            remote_va: 0,
-            rkey: 0,
-            imm: 0,
-            compare: 0,
-            swap_add: 0,
-            flush_len: 0,
-            ud: None,
-            local,
-        });
+        let has = |f: u32| flags & f != 0;
+        return Ok(SendRequest::local(wr_id, has(raw::ib_send_flags_IB_SEND_SIGNALED as u32), has(raw::ib_send_flags_IB_SEND_FENCE as u32), op));
     }
     let n = sges_of(w.sg_list, w.num_sge, sges)?;
     let sges = &sges[..n];

@@ -450,6 +450,8 @@ unsafe extern "C" fn query_device_cb(
     a.max_cq = clamp(c.max_cq);
     a.max_cqe = clamp(c.max_cqe);
     a.max_mr = clamp(c.max_mr);
+    // Memory windows take their keys from the regions' table (spec MR-9.2.4).
+    a.max_mw = clamp(c.max_mr);
     a.max_pd = clamp(c.max_pd);
     a.max_qp_rd_atom = clamp(c.max_qp_rd_atom);
     a.max_qp_init_rd_atom = clamp(c.max_qp_rd_atom);
@@ -473,6 +475,9 @@ unsafe extern "C" fn query_device_cb(
     // Fast-registration MRs (REG_MR / LOCAL_INV / SEND_WITH_INV) for kernel ULPs.
     a.device_cap_flags |= u64::from(raw::ib_device_cap_flags_IB_DEVICE_MEM_MGT_EXTENSIONS);
     a.max_fast_reg_page_list_len = crate::mr::MAX_FRMR_PAGES;
+    // Memory windows of type 1 and 2B (bound to the QP that binds them).
+    a.device_cap_flags |= u64::from(raw::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW);
+    a.device_cap_flags |= u64::from(raw::ib_device_cap_flags_IB_DEVICE_MEM_WINDOW_TYPE_2B);
     // `ibv_modify_srq` with `IBV_SRQ_MAX_WR` (`Srq::modify`).
     a.device_cap_flags |= u64::from(raw::ib_device_cap_flags_IB_DEVICE_SRQ_RESIZE);
     // IBTA 1.5 ATOMIC WRITE (spec MR-4.4.6).

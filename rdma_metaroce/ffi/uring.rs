@@ -17,7 +17,8 @@
 
 use super::raw;
 use crate::cq::{Grh, Wc};
-use crate::engine::{Engine, Io, SendRequest, Sge, UdDest};
+use crate::engine::{Engine, Io, LocalOp, SendRequest, Sge, UdDest};
+use crate::mr::Bind;
 use crate::proto::WrOpcode;
 use crate::qp::{QpCaps, MAX_INLINE, MAX_SGE};
 use core::ffi::c_int;
@@ -480,6 +481,32 @@ impl UserQueues {
         let num_sge = u32_at(e, 16);
         let inline_len = u32_at(e, 20);
         let ex = u32_at(e, 24);
+        let has = |f: i32| flags & f as u32 != 0;
+        // Memory operations the device executes in send-queue order (spec
+        // MR-9.2.4): the window's key in `ex`, the bind's fields as the header
+        // file lays them out.
+        let local = match opcode {
+            raw::ib_uverbs_wr_opcode_IB_UVERBS_WR_LOCAL_INV => Some(LocalOp::LocalInv { key: ex }),
+            raw::ib_uverbs_wr_opcode_IB_UVERBS_WR_BIND_MW => {
+                let swap = u64_at(e, 48);
+                Some(LocalOp::BindMw(Bind {
+                    window: ex,
+                    new_key: u32_at(e, 28),
+                    region: swap as u32,
+                    addr: u64_at(e, 32),
+                    length: u64_at(e, 40),
+                    access: (swap >> 32) as u32,
+                }))
+            }
+            _ => None,
+        };
+        if let Some(op) = local {
+            if self.ud || num_sge != 0 || inline_len != 0 {
+                return Err(EINVAL);
+            }
+            let (signaled, fence) = (has(raw::ib_send_flags_IB_SEND_SIGNALED), has(raw::ib_send_flags_IB_SEND_FENCE));
+            return Ok(SendRequest::local(u64_at(e, 0), signaled, fence, op));
+        }
         let op = match opcode {
             raw::ib_uverbs_wr_opcode_IB_UVERBS_WR_SEND => WrOpcode::Send,
             raw::ib_uverbs_wr_opcode_IB_UVERBS_WR_SEND_WITH_IMM => WrOpcode::SendImm,
@@ -493,7 +520,6 @@ impl UserQueues {
             raw::ib_uverbs_wr_opcode_IB_UVERBS_WR_FLUSH => WrOpcode::Flush,
             _ => return Err(EINVAL),
         };
-        let has = |f: i32| flags & f as u32 != 0;
         let inline = if has(raw::ib_send_flags_IB_SEND_INLINE) {
             let n = inline_len as usize;
             if inline_len > self.max_inline {

@@ -11,7 +11,7 @@ use crate::srq::{Srq, SrqAttrs};
 use super::IbDev;
 use super::datapath::{qp_start, qp_stop, KernelVa, Umem};
 use crate::engine::Engine;
-use crate::mr::{Backing, MrEntry, PageList, PdId, MAX_FRMR_PAGES};
+use crate::mr::{Backing, MrEntry, PageList, PdId, Window, MAX_FRMR_PAGES};
 use core::ffi::c_int;
 use core::ptr::NonNull;
 use kernel::prelude::*;
@@ -119,6 +119,9 @@ pub(super) const fn install(mut ops: raw::ib_device_ops) -> raw::ib_device_ops {
     ops.alloc_mr = Some(alloc_mr_cb);
     ops.map_mr_sg = Some(map_mr_sg_cb);
     ops.dereg_mr = Some(dereg_mr_cb);
+    ops.size_ib_mw = core::mem::size_of::<raw::ib_mw>();
+    ops.alloc_mw = Some(alloc_mw_cb);
+    ops.dealloc_mw = Some(dealloc_mw_cb);
     ops
 }
 
@@ -239,7 +242,7 @@ fn new_mr(dev: &IbDev, pd: *mut raw::ib_pd, access: u32, umem: *mut raw::ib_umem
         Some(p) => Backing::User(unsafe { Umem::from_raw(p) }),
         None => Backing::Kernel(KernelVa::for_dma_mr()),
     };
-    let entry = MrEntry { key: 0, pd: PdId(pd as usize), access, iova, length, mem, valid: true };
+    let entry = MrEntry { key: 0, pd: PdId(pd as usize), access, iova, length, mem, valid: true, windows: 0 };
     publish_mr(dev, entry, KVec::new())
 }
 
@@ -287,7 +290,7 @@ unsafe extern "C" fn alloc_mr_cb(pd: *mut raw::ib_pd, mr_type: raw::ib_mr_type, 
         (Ok(p), Ok(l)) => (p, l),
         _ => return err_ptr(ENOMEM),
     };
-    let entry = MrEntry { key: 0, pd: PdId(pd as usize), access: 0, iova: 0, length: 0, mem: Backing::Pages(list), valid: false };
+    let entry = MrEntry { key: 0, pd: PdId(pd as usize), access: 0, iova: 0, length: 0, mem: Backing::Pages(list), valid: false, windows: 0 };
     publish_mr(dev, entry, pages)
 }
 
@@ -368,16 +371,56 @@ unsafe extern "C" fn get_dma_mr_cb(pd: *mut raw::ib_pd, access: c_int) -> *mut r
 }
 
 unsafe extern "C" fn dereg_mr_cb(mr: *mut raw::ib_mr, _udata: *mut raw::ib_udata) -> c_int {
-    // SAFETY: `mr` was returned by `new_mr` (KBox::into_raw) and ib_core deregisters it
-    // once; we take ownership back.
-    let b = unsafe { KBox::from_raw(mr.cast::<MrAlloc>()) };
-    // SAFETY: The device outlives its MRs.
-    let dev = unsafe { IbDev::from_raw(b.ib.device) };
+    // SAFETY: ib_core passes a live MR of this driver; the device outlives it.
+    let (dev, lkey) = unsafe { (IbDev::from_raw((*mr).device), (*mr).lkey) };
     let data = dev.data();
     // Out of the table first (no access can reach it after this), then unpinned by
-    // the entry's drop, outside the table lock.
-    drop(data.mrs.remove(&data.mr_keys, b.ib.lkey));
-    data.mr_keys.free(b.ib.lkey);
+    // the entry's drop, outside the table lock. Refused while memory windows are
+    // bound to it: ib_core then keeps the MR.
+    match data.mrs.remove(&data.mr_keys, lkey) {
+        Ok(entry) => drop(entry),
+        Err(e) => return e.to_errno(),
+    }
+    data.mr_keys.free(lkey);
+    // SAFETY: `mr` was returned by `new_mr` (KBox::into_raw) and ib_core deregisters it
+    // once, successfully now; we take ownership back.
+    drop(unsafe { KBox::from_raw(mr.cast::<MrAlloc>()) });
+    0
+}
+
+/// `alloc_mw`: a memory window of type 1 or 2 (ib_core checks the type), unbound,
+/// under a fresh key from the space of region keys (spec MR-9.2.4).
+unsafe extern "C" fn alloc_mw_cb(mw: *mut raw::ib_mw, udata: *mut raw::ib_udata) -> c_int {
+    // SAFETY: ib_core passes NULL or a valid udata for the call.
+    if unsafe { super::ibdev::has_driver_data(udata) } {
+        return EINVAL.to_errno();
+    }
+    // SAFETY: ib_core allocated `mw` (`size_ib_mw`) and set its device, PD and type.
+    let (dev, pd, ty) = unsafe { (IbDev::from_raw((*mw).device), (*mw).pd, (*mw).type_) };
+    let data = dev.data();
+    let key = match data.mr_keys.alloc() {
+        Ok(k) => k,
+        Err(e) => return e.to_errno(),
+    };
+    let entry = MrEntry { key, ..Window::entry(PdId(pd as usize), ty == raw::ib_mw_type_IB_MW_TYPE_2) };
+    if let Err(e) = data.mrs.insert(&data.mr_keys, entry) {
+        data.mr_keys.free(key);
+        return e.to_errno();
+    }
+    // SAFETY: As above; ib_core reports the key to the process.
+    unsafe { (*mw).rkey = key };
+    0
+}
+
+/// `dealloc_mw`: unbinds the window and frees its key; ib_core frees `mw`.
+unsafe extern "C" fn dealloc_mw_cb(mw: *mut raw::ib_mw) -> c_int {
+    // SAFETY: A live window of this driver; the device outlives it. Its `rkey` is
+    // the one `alloc_mw` gave (the process's copy changes with binds, this one
+    // does not); the window is found by the key's slot.
+    let (dev, key) = unsafe { (IbDev::from_raw((*mw).device), (*mw).rkey) };
+    let data = dev.data();
+    drop(data.mrs.remove_window(&data.mr_keys, key));
+    data.mr_keys.free(key);
     0
 }
 
@@ -930,6 +973,7 @@ mod tests {
             (WcStatus::LocLenErr, raw::ib_wc_status_IB_WC_LOC_LEN_ERR),
             (WcStatus::LocProtErr, raw::ib_wc_status_IB_WC_LOC_PROT_ERR),
             (WcStatus::WrFlushErr, raw::ib_wc_status_IB_WC_WR_FLUSH_ERR),
+            (WcStatus::MwBindErr, raw::ib_wc_status_IB_WC_MW_BIND_ERR),
             (WcStatus::RemInvReqErr, raw::ib_wc_status_IB_WC_REM_INV_REQ_ERR),
             (WcStatus::RemAccessErr, raw::ib_wc_status_IB_WC_REM_ACCESS_ERR),
             (WcStatus::RemOpErr, raw::ib_wc_status_IB_WC_REM_OP_ERR),
@@ -949,6 +993,7 @@ mod tests {
             (WcOpcode::RecvRdmaWithImm, raw::ib_wc_opcode_IB_WC_RECV_RDMA_WITH_IMM),
             (WcOpcode::LocalInv, raw::ib_wc_opcode_IB_WC_LOCAL_INV),
             (WcOpcode::RegMr, raw::ib_wc_opcode_IB_WC_REG_MR),
+            (WcOpcode::BindMw, raw::ib_wc_opcode_IB_WC_BIND_MW),
         ];
         for (ours, kernel) in opcodes {
             assert_eq!(wc_opcode_raw(ours), kernel);

@@ -101,7 +101,8 @@ struct metaroce_send_wqe {
 	__u32 num_sge;		/* 0 when the data is inline */
 	__u32 inline_len;	/* bytes of inline data (IB_SEND_INLINE) */
 	__u32 ex;		/* immediate data (big-endian), rkey to invalidate,
-				 * or a FLUSH's METAROCE_FLUSH_* bits */
+				 * a FLUSH's METAROCE_FLUSH_* bits, or the rkey
+				 * of the window a BIND_MW binds */
 	__u32 rkey;		/* RDMA, atomic and FLUSH operations */
 	__aligned_u64 remote_addr;
 	__aligned_u64 compare_add;	/* atomics; ATOMIC_WRITE without SGEs: the
@@ -112,6 +113,19 @@ struct metaroce_send_wqe {
 	__u32 remote_qpn;
 	__u32 remote_qkey;
 };
+
+/*
+ * IB_UVERBS_WR_BIND_MW (MetaRoCE MR-9.2.4) lays its fields out as:
+ *   ex           the window's rkey as the process knows it (before the bind)
+ *   rkey         the rkey it has once bound (same index, new low byte)
+ *   remote_addr  first address of the range, in the region's addressing
+ *   compare_add  length of the range (0: unbind a type 1 window)
+ *   swap         the region's lkey in bits 0-31, the window's access
+ *                flags (enum ib_access_flags) in bits 32-63
+ * and IB_UVERBS_WR_LOCAL_INV puts the rkey to invalidate in ex. Neither
+ * carries SGEs or inline data.
+ */
+#define METAROCE_BIND_ACCESS_SHIFT	32
 
 /* The ex field of a FLUSH: the placement types (the verbs values) and the
  * selectivity (MetaRoCE MR-3.3.5). */

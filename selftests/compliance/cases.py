@@ -48,6 +48,9 @@ NOT_WIRE_TESTABLE = {
                 "create_qp/connect always set both TSNs (core: proto/tests/rtr_responder.rs)",
     "MR-7.5.1": "QPN reuse policy of the host (QPNs are chosen by the tester here)",
     "MR-9.1.2": "QPN allocation is the host's (QPNs are chosen by the tester here)",
+    "MR-9.2.4": "memory windows are bound through verbs, which the tester's DUT protocol does "
+                "not carry (kernel target: rdma-core's MWTest and test_qp_ex_rc_bind_mw bind, "
+                "use, invalidate and deallocate them)",
     "MR-9.3.2": "deployment advice (uRPF, network-layer authentication)",
     "MR-9.4.1": "allocation behaviour; checked statically by the core's size guard test",
     "MR-10.2.2": "kernel driver allocation rule",

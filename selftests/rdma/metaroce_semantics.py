@@ -10,7 +10,7 @@ import time
 import pyverbs.device as d
 from pyverbs.addr import AHAttr, GlobalRoute
 from pyverbs.cq import CQ
-from pyverbs.mr import MR
+from pyverbs.mr import MR, MW, MWBindInfo
 from pyverbs.pd import PD
 from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
@@ -317,6 +317,92 @@ tap(cmds('mrc1')['cmd_polls'] == b0['cmd_polls'], 'the resized CQ is polled thro
 tap(resize(b.cq, 1) == 0 and b.cq.cqe >= 1 and len(send_to_b(8, 1)) == 1
     and [w.wr_id for w in b.poll(1)] == [308], 'an empty CQ shrinks to one entry and still completes')
 tap(resize(b.cq, 1 << 20) == errno.EINVAL, 'resizing beyond max_cqe: EINVAL')
+
+# Memory windows (MR-9.2.4): a type 2 window bound on b's QP gives a remote peer
+# its own range of a region with its own rights, through that QP only; the
+# region cannot be deregistered while it is bound; LOCAL_INV unbinds it.
+class SecondQp(End):
+    """Another RC QP in `first`'s context, PD and CQ."""
+    def __init__(self, first):
+        self.ctx, self.pd, self.cq, self.mr = first.ctx, first.pd, first.cq, first.mr
+        cap = QPCap(max_send_wr=16, max_recv_wr=16, max_send_sge=2, max_recv_sge=2)
+        self.qp = QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq,
+                                          cap=cap, sq_sig_all=0))
+        self.gid_index, self.gid, self.psn = first.gid_index, first.gid, first.psn + 0x1000
+
+
+def bind_on(end, wr_id, mw, mr, off, length, access):
+    w = SendWR(wr_id=wr_id, opcode=e.IBV_WR_BIND_MW)
+    w.set_bind_wr(mw, MWBindInfo(mr, mr.buf + off, length, access))
+    end.qp.post_send(w)
+    return end.poll()
+
+
+def write_via(src, wr_id, rkey, va, data):
+    src.mr.write(data, len(data), 0)
+    w = SendWR(wr_id=wr_id, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[sge(src.mr, 0, len(data))],
+               send_flags=e.IBV_SEND_SIGNALED)
+    w.set_wr_rdma(rkey, va)
+    src.qp.post_send(w)
+    return src.poll()
+
+
+a, b = End('mrc0', GA), End('mrc1', GB)
+a.connect(b)
+b.connect(a)
+a2, b2 = End('mrc0', GA), SecondQp(b)
+a2.connect(b2)
+b2.connect(a2)
+region = MR(b.pd, 4096, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_MW_BIND)
+mw = MW(b.pd, e.IBV_MW_TYPE_2)
+first_key = mw.rkey
+rc = bind_on(b, 40, mw, region, 1024, 512, e.IBV_ACCESS_REMOTE_WRITE)
+tap(len(rc) == 1 and rc[0].status == e.IBV_WC_SUCCESS and rc[0].opcode == e.IBV_WC_BIND_MW
+    and mw.rkey != first_key and mw.rkey >> 8 == first_key >> 8,
+    'a type 2 window binds under a new key (IBV_WC_BIND_MW)', rc)
+sc = write_via(a, 41, mw.rkey, region.buf + 1024 + 448, b'window!!' * 8)
+tap(len(sc) == 1 and sc[0].status == e.IBV_WC_SUCCESS and region.read(64, 1024 + 448) == b'window!!' * 8,
+    "an RDMA WRITE through the window lands in its region (which grants no remote right itself)", sc)
+try:
+    region.close()
+    tap(False, 'deregistering a region with a window bound: EBUSY')
+except PyverbsRDMAError as x:
+    tap(x.error_code == errno.EBUSY, 'deregistering a region with a window bound: EBUSY', x)
+sc = write_via(a2, 42, mw.rkey, region.buf + 1024, b'other-qp')
+tap(len(sc) == 1 and sc[0].status == e.IBV_WC_REM_ACCESS_ERR and region.read(8, 1024) != b'other-qp',
+    'the same key through another QP of the PD: REM_ACCESS_ERR, nothing written', sc)
+inv = SendWR(wr_id=43, opcode=e.IBV_WR_LOCAL_INV)
+inv.imm_data = mw.rkey
+b.qp.post_send(inv)
+rc = b.poll()
+tap(len(rc) == 1 and rc[0].status == e.IBV_WC_SUCCESS and rc[0].opcode == e.IBV_WC_LOCAL_INV,
+    'LOCAL_INV unbinds the window', rc)
+sc = write_via(a, 44, mw.rkey, region.buf + 1024, b'too-late')
+tap(len(sc) == 1 and sc[0].status == e.IBV_WC_REM_ACCESS_ERR and region.read(8, 1024) != b'too-late',
+    'a WRITE through the invalidated window: REM_ACCESS_ERR, nothing written', sc)
+mw.close()
+try:
+    region.close()
+    tap(True, 'the region deregisters once its window is gone')
+except PyverbsRDMAError as x:
+    tap(False, 'the region deregisters once its window is gone', x)
+
+# A bind the device refuses (the region lacks IBV_ACCESS_MW_BIND; one byte past
+# a region) completes with MW_BIND_ERR and moves the QP to the error state.
+for what, access, off in (('a region without MW_BIND access', e.IBV_ACCESS_LOCAL_WRITE, 0),
+                          ('a range past the end of the region', e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_MW_BIND, 1)):
+    a, b = End('mrc0', GA), End('mrc1', GB)
+    a.connect(b)
+    b.connect(a)
+    mr = MR(b.pd, 4096, access)
+    mw = MW(b.pd, e.IBV_MW_TYPE_2)
+    rc = bind_on(b, 45, mw, mr, off, 4096, e.IBV_ACCESS_REMOTE_READ)
+    b.qp.post_recv(RecvWR(wr_id=46, num_sge=1, sg=[sge(b.mr, 0, 8)]))
+    rc += b.poll()
+    tap(len(rc) == 2 and rc[0].status == e.IBV_WC_MW_BIND_ERR and rc[1].status == e.IBV_WC_WR_FLUSH_ERR,
+        'binding a window to %s: MW_BIND_ERR, the QP in error' % what, rc)
+    mw.close()
+    mr.close()
 
 print('1..%d' % N)
 sys.exit(1 if FAILED else 0)

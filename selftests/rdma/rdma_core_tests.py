@@ -43,8 +43,6 @@ HARD_GRACE = 30
 # here AND its result says the operation is unsupported; a new feature that a test
 # finds missing fails until it is named here.
 ABSENT = [
-    (r'^test_mr\.MWTest\.', 'memory windows (ibv_alloc_mw, bind, invalidate)'),
-    (r'^test_qpex\.QpExTestCase\.test_qp_ex_rc_bind_mw$', 'memory windows (ibv_alloc_mw, bind, invalidate)'),
     (r'^test_odp\.', 'on-demand paging (IBV_ACCESS_ON_DEMAND)'),
     (r'^test_qp\.QPTest\.test_(create|query)_uc_qp', 'UC QPs'),
 ]
