@@ -471,10 +471,10 @@ impl Engine {
         })
     }
 
-    /// True if received datagrams may come in pieces ([`Received::more`]): an RC
+    /// True if received datagrams may come in pieces ([`Received::more`]): a
     /// connection places each piece where it belongs; a UD datagram is taken whole.
     pub(crate) fn takes_pieces(&self) -> bool {
-        self.ty == QpType::Rc
+        self.ty.connected()
     }
 
     pub(crate) fn errored(&self) -> bool {
@@ -596,6 +596,7 @@ impl Engine {
             (Counter::Repaths, now.repaths, &mut last.repaths),
             (Counter::CongestionRepaths, now.congestion_repaths, &mut last.congestion_repaths),
             (Counter::StaleReadNaks, now.stale_read_naks, &mut last.stale_read_naks),
+            (Counter::UcDropped, now.uc_dropped, &mut last.uc_dropped),
         ] {
             to.add_nonzero(counter, now.wrapping_sub(*last));
             *last = now;
@@ -620,6 +621,7 @@ impl Engine {
         let first = p.sq_psn.unwrap_or_else(|| proto::qpn_derived_tsn(self.qpn, p.remote_qpn));
         let mut cfg = Config::new(self.qpn, p.remote_qpn, first, p.rq_psn);
         cfg.accept_derived_peer_tsn = true;
+        cfg.uc = self.ty == QpType::Uc;
         // Spec: MR-2.6.1 — a larger MetaRoCE MTU than verbs can name, if the
         // transmit buffer holds it.
         let room = self.tx.len().saturating_sub(proto::connection::MAX_HEADER) as u32;
@@ -771,7 +773,11 @@ impl Engine {
         if !(self.can_send || self.errored) {
             return Err(EINVAL);
         }
-        if r.sges.len() > self.q.max_send_sge || (r.local.is_some() && self.ty != QpType::Rc) {
+        if r.sges.len() > self.q.max_send_sge || (r.local.is_some() && !self.ty.connected()) {
+            return Err(EINVAL);
+        }
+        // Spec: MR-4.6.1 — a UC QP sends SEND and WRITE messages only.
+        if self.ty == QpType::Uc && r.local.is_none() && !r.op.wire().allowed_on_uc() {
             return Err(EINVAL);
         }
         let inline_len = r.inline.map_or(0, |d| d.len());
@@ -789,9 +795,8 @@ impl Engine {
             (_, None) => sge_len(r.sges)?,
         };
         let ud = match (self.ty, r.ud) {
-            (QpType::Rc, None) if r.local.is_some() => None,
             (QpType::Ud, Some(d)) if matches!(r.op, WrOpcode::Send | WrOpcode::SendImm) => Some(d),
-            (QpType::Rc, None) => None,
+            (t, None) if t.connected() => None,
             _ => return Err(EINVAL),
         };
         // A datagram is one packet; the IP layer fragments what the link cannot carry.
@@ -875,7 +880,7 @@ impl Engine {
     pub(crate) fn on_datagram(&mut self, sh: &Shared<'_>, io: &mut impl Io, now: Instant, d: &Received<'_>) {
         let (src_port, ce, bytes) = (d.src_port, d.ce, d.bytes);
         match self.ty {
-            QpType::Rc => {
+            QpType::Rc | QpType::Uc => {
                 if !self.connected {
                     return;
                 }
@@ -964,7 +969,7 @@ impl Engine {
         ack_clocked: bool,
     ) -> Option<Instant> {
         match self.ty {
-            QpType::Rc => self.run_rc(sh, io, now, rx_drained, ack_clocked),
+            QpType::Rc | QpType::Uc => self.run_rc(sh, io, now, rx_drained, ack_clocked),
             QpType::Ud => {
                 self.run_ud(sh, io, now);
                 None

@@ -58,6 +58,8 @@ pub(crate) enum Counter {
     AccessErrors,
     /// UD datagrams dropped (wrong Q_Key, no receive posted, too long).
     UdDropped,
+    /// UC messages a responder could not place and dropped (spec MR-4.6.2).
+    UcDropped,
     /// Data packets that arrived with the IP ECN field set to CE.
     EcnMarked,
     /// Data packets placed ahead of a missing earlier one (out-of-order placement).
@@ -85,7 +87,7 @@ pub(crate) enum Counter {
 }
 
 /// Counter names as shown by `rdma statistic show link DEV/1`.
-pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 30] = [
+pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 31] = [
     c"rx_packets",
     c"rx_bytes",
     c"rx_malformed",
@@ -106,6 +108,7 @@ pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 30] = [
     c"rx_invalid",
     c"access_errors",
     c"ud_dropped",
+    c"uc_dropped",
     c"ecn_marked",
     c"out_of_order",
     c"acks_sent",

@@ -25,7 +25,17 @@ pub(crate) const MAX_RD_ATOMIC: u8 = 128;
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum QpType {
     Rc,
+    /// Verbs UC: an RC connection carrying SEND and WRITE messages only, whose
+    /// responder drops a WRITE it cannot place instead of NAKing it (spec MR-4.6).
+    Uc,
     Ud,
+}
+
+impl QpType {
+    /// A connected service: the QP talks to one peer QP over a connection.
+    pub(crate) fn connected(self) -> bool {
+        matches!(self, QpType::Rc | QpType::Uc)
+    }
 }
 
 /// Verbs QP states (`enum ib_qp_state` values).

@@ -483,6 +483,8 @@ impl Endpoint {
                 c.cc.beta_q16 = a.num_or("beta_q16", d.beta_q16 as u64)? as u32;
                 c.cc.max_mdf_q16 = a.num_or("max_mdf_q16", d.max_mdf_q16 as u64)? as u32;
                 c.cc.ecn_gain_shift = a.num_or("ecn_g_shift", d.ecn_gain_shift as u64)? as u8;
+                // MR-4.6: a UC QP.
+                c.uc = a.num_or("uc", 0)? != 0;
                 let ip: Ipv4Addr = a
                     .str_or("peer", "127.0.0.1")
                     .parse()

@@ -141,6 +141,9 @@ pub struct Config {
     pub repath_congested: bool,
     /// Congestion control parameters.
     pub cc: CcConfig,
+    /// Verbs UC service (MR-4.6): SEND and WRITE messages only, and a WRITE
+    /// the responder cannot place is dropped rather than NAKed.
+    pub uc: bool,
 }
 
 impl Config {
@@ -170,6 +173,7 @@ impl Config {
             recovery: Recovery::Selective,
             repath_congested: true,
             cc: CcConfig::default(),
+            uc: false,
         }
     }
 
@@ -287,6 +291,8 @@ pub struct Stats {
     /// Data packets accepted ahead of a missing one and placed at once
     /// (out-of-order placement, MR-4.1.3).
     pub rx_out_of_order: u64,
+    /// UC messages the responder could not place and dropped (MR-4.6.2).
+    pub uc_dropped: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -1055,6 +1061,8 @@ impl Connection {
             || (wr.opcode == WrOpcode::AtomicWrite && !eight_aligned)
             // Spec: MR-3.3.5 — a FLUSH names a placement type.
             || (wr.opcode == WrOpcode::Flush && Flush::from_bits(wr.imm).is_none())
+            // Spec: MR-4.6.1 — UC carries SEND and WRITE messages only.
+            || (self.cfg.uc && !wr.opcode.wire().allowed_on_uc())
         {
             return Err(PostError::Invalid);
         }
@@ -1450,7 +1458,8 @@ impl Connection {
                 s.err = Syndrome::NakInvalid as u8;
                 s.err_tsn = base.tsn;
             }
-            if req.msg_len > MAX_MSG {
+            // Spec: MR-4.6.1 — nor may a UC peer send anything else.
+            if req.msg_len > MAX_MSG || (self.cfg.uc && !op.allowed_on_uc()) {
                 s.err = Syndrome::NakInvalid as u8;
                 s.err_tsn = base.tsn;
             }
@@ -1604,6 +1613,16 @@ impl Connection {
                     }
                     _ => {}
                 }
+            }
+            if err.is_some() && self.cfg.uc && !op.consumes_recv() {
+                // Spec: MR-4.6.2 — a UC message that uses no receive WQE and
+                // cannot be carried out is dropped at its turn: acknowledged
+                // like any other, no NAK, both QPs stay up.
+                self.stats.uc_dropped += 1;
+                self.msgs[idx].active = false;
+                self.msg_cum = self.msg_cum.wrapping_add(1);
+                self.ack_promptly(now, p);
+                continue;
             }
             if let Some(e) = err {
                 // Spec: MR-7.3.2 — fatal NAK at the message's turn, then error.
@@ -3137,7 +3156,7 @@ mod size_tests {
             assert_eq!(core::mem::size_of::<MsgSlot>(), 144);
             assert_eq!(core::mem::size_of::<SqEntry>(), 72);
             assert_eq!(core::mem::size_of::<Path>(), 176);
-            assert_eq!(core::mem::size_of::<Connection>(), 26_008);
+            assert_eq!(core::mem::size_of::<Connection>(), 26_016);
         }
     }
 }

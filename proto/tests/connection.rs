@@ -348,6 +348,51 @@ fn access_error_naks_and_flushes() {
 }
 
 #[test]
+fn uc_carries_sends_and_writes_only() {
+    // Spec: MR-4.6.1.
+    let mut t = Pair::new(|c| c.uc = true);
+    for wr in [
+        SendWr::read(1, 8, 0x1000, 0x77),
+        SendWr::faa(2, 0x1000, 0x77, 1),
+        SendWr::cas(3, 0x1000, 0x77, 0, 1),
+    ] {
+        assert_eq!(t.a.post_send(wr), Err(PostError::Invalid));
+    }
+    t.ma.set_local(4, vec![4; 100]);
+    t.ma.set_local(5, b"uc send".to_vec());
+    t.mb.set_recv(9, 64);
+    t.b.post_recv(RecvWr { wr_id: 9, len: 64 }).unwrap();
+    t.a.post_send(SendWr::write(4, 100, 0x1000, 0x77)).unwrap();
+    t.a.post_send(SendWr::send(5, 7)).unwrap();
+    t.run(5);
+    let st: Vec<_> = t.comps_a().iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(st, vec![(4, WcStatus::Success), (5, WcStatus::Success)]);
+    assert_eq!(&t.mb.region(0x77)[..100], &[4; 100][..]);
+    let r = t.comps_b();
+    assert_eq!((r.len(), r[0].wr_id, r[0].byte_len), (1, 9, 7));
+}
+
+#[test]
+fn uc_drops_a_write_it_cannot_place_and_goes_on() {
+    // Spec: MR-4.6.2 — no NAK, both QPs stay up, the requester completes it.
+    let mut t = Pair::new(|c| c.uc = true);
+    t.ma.set_local(1, vec![1; 100]);
+    t.ma.set_local(2, vec![2; 100]);
+    t.ma.set_local(3, vec![3; 100]);
+    t.a.post_send(SendWr::write(1, 100, 0x1000, 0xbad)).unwrap();
+    t.a.post_send(SendWr::write(2, 100, 0x1000 + (1 << 16) - 50, 0x77)).unwrap();
+    t.a.post_send(SendWr::write(3, 100, 0x1000, 0x77)).unwrap();
+    t.run(5);
+    let st: Vec<_> = t.comps_a().iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(st, vec![(1, WcStatus::Success), (2, WcStatus::Success), (3, WcStatus::Success)]);
+    assert_eq!((t.a.state(), t.b.state()), (QpState::Rts, QpState::Rts));
+    assert_eq!(t.b.stats().uc_dropped, 2);
+    assert_eq!(&t.mb.region(0x77)[..100], &[3; 100][..]);
+    assert!(t.mb.region(0x77)[(1 << 16) - 50..].iter().all(|b| *b == 0));
+    // The same on RC is a fatal NAK (access_error_naks_and_flushes).
+}
+
+#[test]
 fn out_of_bounds_and_misaligned_requests() {
     let mut t = Pair::new(|_| {});
     t.ma.set_local(1, vec![1; 100]);

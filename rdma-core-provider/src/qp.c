@@ -54,6 +54,13 @@ static int ring_check_send(struct metaroce_qp *qp, const struct ibv_send_wr *wr,
 	    ((wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM) ||
 	     !wr->wr.ud.ah))
 		return EINVAL;
+	/* UC carries SEND and WRITE messages only (MetaRoCE MR-4.6.1). */
+	if (qp->vqp.qp.qp_type == IBV_QPT_UC &&
+	    (wr->opcode == IBV_WR_RDMA_READ ||
+	     wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+	     wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+	     wr->opcode == IBV_WR_ATOMIC_WRITE || wr->opcode == IBV_WR_FLUSH))
+		return EINVAL;
 	switch (wr->opcode) {
 	case IBV_WR_SEND:
 	case IBV_WR_SEND_WITH_IMM:

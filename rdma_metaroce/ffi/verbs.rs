@@ -513,6 +513,7 @@ unsafe extern "C" fn create_qp_cb(
     // with the fixed number 1. XRC, raw packet: not offered.
     let (ty, gsi) = match init.qp_type {
         raw::ib_qp_type_IB_QPT_RC => (QpType::Rc, false),
+        raw::ib_qp_type_IB_QPT_UC => (QpType::Uc, false),
         raw::ib_qp_type_IB_QPT_UD => (QpType::Ud, false),
         raw::ib_qp_type_IB_QPT_GSI => (QpType::Ud, true),
         _ => return NEG_EOPNOTSUPP,
@@ -549,7 +550,7 @@ unsafe extern "C" fn create_qp_cb(
     };
     let engine = (|| -> Result<Engine> {
         let conn = match ty {
-            QpType::Rc => {
+            QpType::Rc | QpType::Uc => {
                 let mut c = super::new_zeroed::<crate::proto::Connection>()?;
                 // A placeholder configuration until the QP is connected (RTR).
                 c.reset(crate::proto::Config::new(qpn, 0, 0, 0));

@@ -1103,6 +1103,43 @@ def t_nak_tsn_at_delivery(T):
     access_case(T, "rw", FAA, strict_tsn=True)
 
 
+@case("MR-4.6.2 MR-4.6.3", "UC: a WRITE the responder cannot place is acknowledged, not NAKed, and "
+      "dropped; the next WRITE lands")
+def t_uc_write_dropped(T):
+    with link(T, uc=1) as L:
+        ro, ro_va = mr(T, "ra", fill=0x77)
+        rw, rw_va = mr(T, "rwa", fill=0x77)
+        L.message(WRITE, b"\xee" * 16, rkey=ro, va=ro_va)
+        t = L.message(WRITE, b"\x5a" * 16, rkey=rw, va=rw_va)[-1]
+        a = L.cum_reaches((t + 1) & 0xFFFFFFFF)
+        check(a is not None and a.ack.syndrome == SYN_ACK,
+              "the two WRITEs were not both acknowledged: %s", a)
+        naks = [r for r in L.silent(0.05) if r.op == ACK and r.ack.syndrome != SYN_ACK]
+        check(not naks, "NAK for a UC WRITE: %s", naks[:1])
+        check(T.dut.mem_read(ro, 0, 16) == b"\x77" * 16, "the dropped WRITE was placed")
+        check(T.dut.mem_read(rw, 0, 16) == b"\x5a" * 16, "the WRITE after the dropped one was not placed")
+
+
+@case("MR-4.6.1", "UC: READ and atomics are refused when posted; a READ received is dropped, "
+      "acknowledged, never answered")
+def t_uc_sends_and_writes_only(T):
+    with link(T, uc=1) as L:
+        for op, kw in (("read", dict(len=16)), ("faa", dict(add=1))):
+            try:
+                post(T, L, 1, op, va=0x1000, rkey=2, **kw)
+                check(False, "a UC QP took a %s work request", op)
+            except DutError:
+                pass
+        check(not [r for r in L.silent(0.05) if data_pred(r)], "the refused WRs were sent")
+        rk, va = mr(T, "rwa", fill=0x77)
+        t = L.req(READ_REQ, rkey=rk, va=va, msglen=64, msn=0)
+        L.msn = 1
+        a = L.cum_reaches((t + 1) & 0xFFFFFFFF)
+        check(a is not None and a.ack.syndrome == SYN_ACK, "the READ was not acknowledged: %s", a)
+        rest = [r for r in L.silent(0.1) if r.op == READ_RESP or (r.op == ACK and r.ack.syndrome)]
+        check(not rest, "a UC QP answered a READ: %s", rest[:1])
+
+
 @case("MR-9.2.2", "address arithmetic that wraps past 2^64 is an access error")
 def t_access_wrap(T):
     access_case(T, "rwa", WRITE, va_off=64 - 8, length=32, size=64, va=(1 << 64) - 64)

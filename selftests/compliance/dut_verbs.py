@@ -75,7 +75,7 @@ def verbs_rnr_code(wire):
     raise Err("unsupported: RNR timer code %#x is not the image of any verbs min_rnr_timer" % wire)
 
 
-SETTABLE = ("retry_cnt", "rnr_retry", "rnr_timer", "max_rd_atomic", "mtu")
+SETTABLE = ("retry_cnt", "rnr_retry", "rnr_timer", "max_rd_atomic", "mtu", "uc")
 MTUS = {256: e.IBV_MTU_256, 512: e.IBV_MTU_512, 1024: e.IBV_MTU_1024,
         2048: e.IBV_MTU_2048, 4096: e.IBV_MTU_4096}
 
@@ -114,7 +114,10 @@ class Qp:
         self.cq.req_notify()
         cap = QPCap(max_send_wr=SQ_DEPTH, max_recv_wr=RQ_DEPTH, max_send_sge=1, max_recv_sge=1,
                     max_inline_data=0)
-        self.qp = QP(h.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap,
+        # uc=1: a UC QP (MetaRoCE MR-4.6); pyverbs' to_rts leaves out the RC-only
+        # attributes for it.
+        qp_type = e.IBV_QPT_UC if num(a.get("uc", "0")) else e.IBV_QPT_RC
+        self.qp = QP(h.pd, QPInitAttr(qp_type=qp_type, scq=self.cq, rcq=self.cq, cap=cap,
                                       sq_sig_all=0))
         self.qpn = self.qp.qp_num
         self.local = {}       # wr -> MR (send side local buffer)

@@ -232,6 +232,13 @@ vb_round() { # DESC-SUFFIX
     vb_pingpong "${VB_UD_SFX:-$sfx}" ibv_ud_pingpong -s 1024   # UD payload fits the 1024-byte MTU
     ${VB_UD_AFTER:-true}
     vb_pingpong "$sfx" ibv_srq_pingpong
+    # UC (VB_UC=1): MetaRoCE carries it on its reliable transport, so it runs under
+    # loss as well; a RoCE device's UC loses whole messages there and stalls these.
+    if [ -n "${VB_UC:-}" ]; then
+        vb_pingpong "$sfx" ibv_uc_pingpong
+        vb_perftest "$sfx" ib_send_bw -c UC
+        vb_perftest "$sfx" ib_write_bw -c UC
+    fi
     for t in ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw; do
         vb_perftest "$sfx" "$t"
         vb_perftest "$sfx" "$t" -q 4 --report_gbits

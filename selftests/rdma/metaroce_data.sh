@@ -13,7 +13,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 KO=${METAROCE_KO:-$HERE/../../rdma_metaroce.ko}
 
 # shellcheck disable=SC2034  # read by verbs.sh
-VB_TYPE=metaroce VB_DEV_A=mrcA VB_DEV_B=mrcB VB_RX_COUNTER=rx_packets
+VB_TYPE=metaroce VB_DEV_A=mrcA VB_DEV_B=mrcB VB_RX_COUNTER=rx_packets VB_UC=1
 # The module's default udp_port; a UD payload follows the MRH (20) and UD (12) headers.
 # shellcheck disable=SC2034
 VB_UDP_PORT=4792 VB_MAD_AT=$((20 + 8 + 20 + 12))

@@ -48,13 +48,13 @@ ALL = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE |
 
 
 class End:
-    def __init__(self, name, gid_index):
+    def __init__(self, name, gid_index, qp_type=e.IBV_QPT_RC):
         self.ctx = d.Context(name=name)
         self.pd = PD(self.ctx)
         self.cq = CQ(self.ctx, 64)
         cap = QPCap(max_send_wr=16, max_recv_wr=16, max_send_sge=2, max_recv_sge=2,
                     max_inline_data=64)
-        self.qp = QP(self.pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq,
+        self.qp = QP(self.pd, QPInitAttr(qp_type=qp_type, scq=self.cq, rcq=self.cq,
                                           cap=cap, sq_sig_all=0))
         self.mr = MR(self.pd, 4096, ALL)
         # A region the peer may read but not write.
@@ -403,6 +403,41 @@ for what, access, off in (('a region without MW_BIND access', e.IBV_ACCESS_LOCAL
         'binding a window to %s: MW_BIND_ERR, the QP in error' % what, rc)
     mw.close()
     mr.close()
+
+# UC QPs (MR-4.6): SENDs and WRITEs arrive; READs and atomics are refused when
+# posted; a WRITE the responder cannot place is dropped and counted there, the
+# requester completes it and both QPs go on.
+a, b = End('mrc0', GA, e.IBV_QPT_UC), End('mrc1', GB, e.IBV_QPT_UC)
+a.connect(b)
+b.connect(a)
+b.qp.post_recv(RecvWR(wr_id=50, num_sge=1, sg=[sge(b.mr, 0, 64)]))
+a.mr.write(b'uc send!', 8, 0)
+a.qp.post_send(SendWR(wr_id=51, opcode=e.IBV_WR_SEND, num_sge=1, sg=[sge(a.mr, 0, 8)],
+                      send_flags=e.IBV_SEND_SIGNALED))
+sc, rc = a.poll(), b.poll()
+tap(len(sc) == 1 and sc[0].status == e.IBV_WC_SUCCESS and len(rc) == 1 and rc[0].byte_len == 8
+    and b.mr.read(8, 0) == b'uc send!', 'a UC SEND arrives', sc + rc)
+sc = write_via(a, 52, b.mr.rkey, b.mr.buf + 1024, b'uc write' * 4)
+tap(len(sc) == 1 and sc[0].status == e.IBV_WC_SUCCESS and b.mr.read(32, 1024) == b'uc write' * 4,
+    'a UC RDMA WRITE lands', sc)
+for what, op in (('RDMA READ', e.IBV_WR_RDMA_READ), ('FETCH_AND_ADD', e.IBV_WR_ATOMIC_FETCH_AND_ADD)):
+    try:
+        w = SendWR(wr_id=53, opcode=op, num_sge=1, sg=[sge(a.mr, 0, 8)], send_flags=e.IBV_SEND_SIGNALED)
+        if op == e.IBV_WR_RDMA_READ:
+            w.set_wr_rdma(b.mr.rkey, b.mr.buf)
+        else:
+            w.set_wr_atomic(b.mr.rkey, b.mr.buf, 1)
+        a.qp.post_send(w)
+        tap(False, '%s on a UC QP: EINVAL when posted' % what)
+    except PyverbsRDMAError as x:
+        tap(x.error_code == errno.EINVAL, '%s on a UC QP: EINVAL when posted' % what, x)
+before = counter('mrc1', 'uc_dropped')
+sc = write_via(a, 54, b.ro.rkey, b.ro.buf, b'no right')
+sc += write_via(a, 55, b.mr.rkey, b.mr.buf + 2048, b'and on!!')
+tap([(w.wr_id, w.status) for w in sc] == [(54, e.IBV_WC_SUCCESS), (55, e.IBV_WC_SUCCESS)]
+    and b.ro.read(8, 0) != b'no right' and b.mr.read(8, 2048) == b'and on!!'
+    and counter('mrc1', 'uc_dropped') == before + 1,
+    'a UC WRITE to a region without remote write is dropped (uc_dropped), the next one lands', sc)
 
 print('1..%d' % N)
 sys.exit(1 if FAILED else 0)

@@ -44,7 +44,6 @@ HARD_GRACE = 30
 # finds missing fails until it is named here.
 ABSENT = [
     (r'^test_odp\.', 'on-demand paging (IBV_ACCESS_ON_DEMAND)'),
-    (r'^test_qp\.QPTest\.test_(create|query)_uc_qp', 'UC QPs'),
 ]
 
 

@@ -112,6 +112,14 @@ impl Opcode {
         self.is_request() || self.is_response()
     }
 
+    /// True for the requests a UC QP carries: SEND and WRITE messages (MR-4.6.1).
+    pub const fn allowed_on_uc(self) -> bool {
+        matches!(
+            self,
+            Opcode::Send | Opcode::SendImm | Opcode::SendInv | Opcode::Write | Opcode::WriteImm
+        )
+    }
+
     /// True if the request consumes a receive WQE at the responder (MR-4.2.3).
     pub const fn consumes_recv(self) -> bool {
         matches!(
