@@ -287,9 +287,18 @@ struct SqSlot {
     wr: SendWr,
     nsge: u16,
     inline_len: u16,
-    ud: Option<UdDest>,
-    local: Option<LocalOp>,
+    extra: SlotExtra,
     done: Option<Completion>,
+}
+
+/// What a send slot holds besides its request: a UD datagram's destination, or a
+/// memory operation the device executes itself (connected QPs only). One field
+/// for both keeps every slot of every QP as small as the larger of the two.
+#[derive(Clone, Copy)]
+enum SlotExtra {
+    None,
+    Ud(UdDest),
+    Local(LocalOp),
 }
 
 #[derive(Clone, Copy)]
@@ -838,8 +847,11 @@ impl Engine {
             wr,
             nsge: r.sges.len() as u16,
             inline_len: r.inline.map(|d| d.len() as u16).unwrap_or(u16::MAX),
-            ud,
-            local: r.local,
+            extra: match (ud, r.local) {
+                (Some(d), _) => SlotExtra::Ud(d),
+                (None, Some(op)) => SlotExtra::Local(op),
+                (None, None) => SlotExtra::None,
+            },
             done: None,
         });
         self.q.sqr.tail = i.wrapping_add(1);
@@ -1004,7 +1016,7 @@ impl Engine {
         while q.sqr.fed != q.sqr.tail {
             let i = q.sqr.idx(q.sqr.fed);
             let Some(s) = q.sq[i] else { break };
-            if let Some(op) = s.local {
+            if let SlotExtra::Local(op) = s.extra {
                 let (r, opcode, failed) = match op {
                     LocalOp::RegMr { key, access } => {
                         (sh.mrs.fast_register(sh.keys, key, accessor.pd, access), WcOpcode::RegMr, WcStatus::LocProtErr)
@@ -1320,7 +1332,7 @@ impl Engine {
         while self.q.sqr.head != self.q.sqr.tail {
             let i = self.q.sqr.idx(self.q.sqr.head);
             let Some(s) = self.q.sq[i] else { break };
-            let Some(dest) = s.ud else { break };
+            let SlotExtra::Ud(dest) = s.extra else { break };
             let len = s.wr.len as usize;
             let hdr = ud_header_room();
             let status = {
