@@ -95,6 +95,15 @@ _vb_tails() { # LOG-PREFIX: the end of each output, without perftest's banner
         grep -vE '^ *(local|remote) address|^ GID:|^-+$| : |^ *#bytes|^\*+$|^$' "$f" | tail -n $n | sed 's/^/#     /'
     done
 }
+# _vb_watch SECONDS LOG-PREFIX: after SECONDS (unless killed first, when the client
+# ended), writes `rdma -dd resource show qp` and the link counters to LOG.stuck.
+_vb_watch() {
+    local sp
+    trap 'kill "$sp" 2>/dev/null; exit 0' TERM
+    sleep "$1" & sp=$!
+    wait "$sp"
+    { date; rdma -dd resource show qp; rdma statistic show; } > "$2.stuck" 2>&1
+}
 # _vb_pair DESC VERIFY LISTEN-COND... : runs "${VB_SRV[@]}" in hostB, waits until
 # LISTEN-COND holds, runs "${VB_CLI[@]}" in hostA; both bounded by VB_PAIR_TIMEOUT
 # (default VB_TIMEOUT). The test point passes if both exit 0 and VERIFY LOG-PREFIX
@@ -112,8 +121,14 @@ _vb_pair() {
         _vb_tails "$log"
         return 1
     fi
-    timeout -k 5 "$tmo" ip netns exec hostA "${VB_CLI[@]}" > "$log.client" 2> "$log.client.err"
-    crc=$?
+    timeout -k 5 "$tmo" ip netns exec hostA "${VB_CLI[@]}" > "$log.client" 2> "$log.client.err" &
+    local cpid=$! wpid
+    # A pair about to time out is stuck: record the QPs' state (per-path windows,
+    # bytes in flight, timers) and the counters while it still exists.
+    _vb_watch "$((tmo - 3))" "$log" &
+    wpid=$!
+    wait "$cpid"; crc=$?
+    kill "$wpid" 2>/dev/null; wait "$wpid" 2>/dev/null
     wait "$spid"; src=$?
     if [ $crc = 0 ] && [ $src = 0 ] && "$verify" "$log"; then
         ktap_pass "$desc"
@@ -124,6 +139,7 @@ _vb_pair() {
     { [ $crc = 124 ] || [ $src = 124 ]; } && why="$why; timed out after ${tmo}s"
     ktap_fail "$desc ($why)"
     [ -z "${VB_WHY:-}" ] || ktap_diag "  $VB_WHY"
+    [ ! -s "$log.stuck" ] || ktap_diag "  the QPs' state $((tmo - 3)) s in: $log.stuck"
     _vb_tails "$log"
     return 1
 }
