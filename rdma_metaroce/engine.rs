@@ -1017,6 +1017,12 @@ impl Engine {
             let i = q.sqr.idx(q.sqr.fed);
             let Some(s) = q.sq[i] else { break };
             if let SlotExtra::Local(op) = s.extra {
+                // A memory operation with IB_SEND_FENCE waits until every earlier
+                // send has completed (a LOCAL_INV after the READ that used the key;
+                // the ACK that completes the last one runs the QP again).
+                if s.wr.flags & proto::WR_FENCE != 0 && conn.sends_outstanding() {
+                    break;
+                }
                 let (r, opcode, failed) = match op {
                     LocalOp::RegMr { key, access } => {
                         (sh.mrs.fast_register(sh.keys, key, accessor.pd, access), WcOpcode::RegMr, WcStatus::LocProtErr)

@@ -344,7 +344,8 @@ impl MrTable {
     }
 
     /// Executes a memory window bind posted by `by` (spec MR-9.2.4). The checks
-    /// are verbs': the window and the region belong to the QP's PD; a type 2
+    /// are verbs': the window's current key; the window and the region belong to
+    /// the QP's PD; a type 2
     /// window is not bound already and gets a range of at least one byte; a zero
     /// length unbinds a type 1 window; the region (not a fast-registration one,
     /// whose key changes under it) grants `IB_ACCESS_MW_BIND`,
@@ -356,8 +357,12 @@ impl MrTable {
             return Err(MemError::Access);
         }
         let mut s = self.slots.write();
+        // The window under the key its consumer last gave it (as rxe checks: a
+        // consumer that did not undo the key of a failed bind is told so).
         let (type2, bound) = match s.get(slot) {
-            Some(Some(MrEntry { pd, valid, mem: Backing::Window(w), .. })) if *pd == by.pd => (w.type2, *valid),
+            Some(Some(MrEntry { key, pd, valid, mem: Backing::Window(w), .. })) if *key == b.window && *pd == by.pd => {
+                (w.type2, *valid)
+            }
             _ => return Err(MemError::Access),
         };
         if type2 && (bound || b.length == 0) {
@@ -672,8 +677,10 @@ mod tests {
         let qp = Accessor { pd: PdId(1), qp: QpId::new() };
         let rw = ACCESS_REMOTE_WRITE;
         let refused = [
-            // Another PD's QP; a new key in another slot; a zero-based window.
+            // Another PD's QP; a stale window key; a new key in another slot; a
+            // zero-based window.
             (bind(w1, w1 ^ 1, region, 0x1000, 8, rw), Accessor { pd: PdId(2), ..qp }),
+            (bind(w1 ^ 7, w1 ^ 1, region, 0x1000, 8, rw), qp),
             (bind(w1, w1 ^ 0x100, region, 0x1000, 8, rw), qp),
             (bind(w1, w1 ^ 1, region, 0x1000, 8, rw | ACCESS_ZERO_BASED), qp),
             // Beyond the region; not a region's key; a type 2 of zero bytes.

@@ -942,6 +942,11 @@ impl Connection {
         };
     }
 
+    /// True while a posted send-queue WR has not completed.
+    pub fn sends_outstanding(&self) -> bool {
+        self.sq_head != self.sq_tail
+    }
+
     /// True when no work is queued, in flight or awaiting completion polling.
     pub fn is_idle(&self) -> bool {
         self.sq_head == self.sq_tail
@@ -1409,6 +1414,13 @@ impl Connection {
         mem: &mut M,
     ) -> Verdict {
         let op = base.opcode;
+        // Spec: MR-4.6.2 — a UC message dropped at its turn may have been failed
+        // before all its packets came: the rest still take their TSNs (kept,
+        // never placed), or they would leave a hole the requester resends forever.
+        let behind = self.msg_cum.wrapping_sub(req.msn).wrapping_sub(1);
+        if self.cfg.uc && behind < MSG_WINDOW {
+            return Verdict::Accept;
+        }
         // Spec: MR-4.1.3 — the message must fall in the responder's window.
         if req.msn.wrapping_sub(self.msg_cum) >= MSG_WINDOW {
             return Verdict::Drop;

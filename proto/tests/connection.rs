@@ -393,6 +393,29 @@ fn uc_drops_a_write_it_cannot_place_and_goes_on() {
 }
 
 #[test]
+fn uc_drops_a_long_write_whose_first_packet_fails() {
+    // Spec: MR-4.6.2 — an eight-packet WRITE to an unknown key fails at its
+    // first packet and is dropped at once; its other packets arrive after that
+    // and must still be acknowledged.
+    let mut t = Pair::new(|c| {
+        c.uc = true;
+        c.mtu = 1024;
+    });
+    let long = 8 * 1024;
+    t.ma.set_local(1, vec![1; long]);
+    t.ma.set_local(2, vec![2; 100]);
+    t.a.post_send(SendWr::write(1, long as u32, 0x1000, 0xbad)).unwrap();
+    t.a.post_send(SendWr::write(2, 100, 0x1000, 0x77)).unwrap();
+    t.run(50);
+    let st: Vec<_> = t.comps_a().iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(st, vec![(1, WcStatus::Success), (2, WcStatus::Success)]);
+    assert_eq!((t.a.state(), t.b.state()), (QpState::Rts, QpState::Rts));
+    assert_eq!(t.b.stats().uc_dropped, 1);
+    assert_eq!(t.a.stats().rto, 0);
+    assert_eq!(&t.mb.region(0x77)[..100], &[2; 100][..]);
+}
+
+#[test]
 fn out_of_bounds_and_misaligned_requests() {
     let mut t = Pair::new(|_| {});
     t.ma.set_local(1, vec![1; 100]);

@@ -1109,7 +1109,9 @@ def t_uc_write_dropped(T):
     with link(T, uc=1) as L:
         ro, ro_va = mr(T, "ra", fill=0x77)
         rw, rw_va = mr(T, "rwa", fill=0x77)
-        L.message(WRITE, b"\xee" * 16, rkey=ro, va=ro_va)
+        # Three packets: the message fails at its first, is dropped at its turn,
+        # and its later packets must still be acknowledged.
+        L.message(WRITE, b"\xee" * (3 * L.mtu), rkey=ro, va=ro_va)
         t = L.message(WRITE, b"\x5a" * 16, rkey=rw, va=rw_va)[-1]
         a = L.cum_reaches((t + 1) & 0xFFFFFFFF)
         check(a is not None and a.ack.syndrome == SYN_ACK,

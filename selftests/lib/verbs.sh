@@ -95,14 +95,22 @@ _vb_tails() { # LOG-PREFIX: the end of each output, without perftest's banner
         grep -vE '^ *(local|remote) address|^ GID:|^-+$| : |^ *#bytes|^\*+$|^$' "$f" | tail -n $n | sed 's/^/#     /'
     done
 }
-# _vb_watch SECONDS LOG-PREFIX: after SECONDS (unless killed first, when the client
+# _vb_watch SECONDS LOG-PREFIX: after SECONDS (unless stopped first, when the pair
 # ended), writes `rdma -dd resource show qp` and the link counters to LOG.stuck.
 _vb_watch() {
     local sp
     trap 'kill "$sp" 2>/dev/null; exit 0' TERM
     sleep "$1" & sp=$!
     wait "$sp"
-    { date; rdma -dd resource show qp; rdma statistic show; } > "$2.stuck" 2>&1
+    { date; timeout 5 rdma -dd resource show qp; timeout 5 rdma statistic show; } > "$2.stuck" 2>&1
+}
+# _vb_stop PID: ends a background job of this shell if it still runs (a PID that
+# has ended may belong to another process by now), and reaps it.
+_vb_stop() {
+    if jobs -rp | grep -qx "$1"; then
+        kill "$1" 2>/dev/null
+    fi
+    wait "$1" 2>/dev/null
 }
 # _vb_pair DESC VERIFY LISTEN-COND... : runs "${VB_SRV[@]}" in hostB, waits until
 # LISTEN-COND holds, runs "${VB_CLI[@]}" in hostA; both bounded by VB_PAIR_TIMEOUT
@@ -115,21 +123,22 @@ _vb_pair() {
     log=$(_vb_log "$desc")
     timeout -k 5 "$tmo" ip netns exec hostB "${VB_SRV[@]}" > "$log.server" 2> "$log.server.err" &
     spid=$!
+    # A pair about to time out is stuck: record the QPs' state (per-path windows,
+    # bytes in flight, timers) and the counters while both programs still exist
+    # (the server, started first, is the first to be killed).
+    _vb_watch "$((tmo - 3))" "$log" &
+    local wpid=$!
     if ! _vb_await "$spid" "$@"; then
         kill "$spid" 2>/dev/null; wait "$spid"
+        _vb_stop "$wpid"
         ktap_fail "$desc (the server never listened)"
         _vb_tails "$log"
         return 1
     fi
-    timeout -k 5 "$tmo" ip netns exec hostA "${VB_CLI[@]}" > "$log.client" 2> "$log.client.err" &
-    local cpid=$! wpid
-    # A pair about to time out is stuck: record the QPs' state (per-path windows,
-    # bytes in flight, timers) and the counters while it still exists.
-    _vb_watch "$((tmo - 3))" "$log" &
-    wpid=$!
-    wait "$cpid"; crc=$?
-    kill "$wpid" 2>/dev/null; wait "$wpid" 2>/dev/null
+    timeout -k 5 "$tmo" ip netns exec hostA "${VB_CLI[@]}" > "$log.client" 2> "$log.client.err"
+    crc=$?
     wait "$spid"; src=$?
+    _vb_stop "$wpid"
     if [ $crc = 0 ] && [ $src = 0 ] && "$verify" "$log"; then
         ktap_pass "$desc"
         [ -z "${VB_SUMMARY:-}" ] || ktap_diag "  $VB_SUMMARY"
