@@ -25,6 +25,7 @@ check "ibv_devinfo -v: port 1 PORT_ACTIVE, link layer Ethernet" bash -c "ibv_dev
 check "ibv_devinfo -v: active MTU 1024 on a 1500-byte netdev, max 4096" bash -c "grep -q 'max_mtu:.*4096' /tmp/devinfo && grep -q 'active_mtu:.*1024' /tmp/devinfo"
 check "ibv_devinfo -v: a RoCE v2 GID for 198.18.0.1" bash -c "grep -E 'GID\[ *[0-9]+\]:.*::ffff:198.18.0.1, RoCE v2' /tmp/devinfo"
 check "ibv_devinfo -v: device limits (max_qp, max_cqe, atomic_cap)" bash -c "grep -q 'max_qp:.*16382' /tmp/devinfo && grep -q 'max_cqe:.*65535' /tmp/devinfo && grep -q 'atomic_cap:.*ATOMIC_HCA' /tmp/devinfo"
+check "ibv_devinfo -v: memory windows (max_mw, MEM_WINDOW, MEM_WINDOW_TYPE_2B)" bash -c "grep -q 'max_mw:.*65535' /tmp/devinfo && grep -qw 'MEM_WINDOW' /tmp/devinfo && grep -q 'MEM_WINDOW_TYPE_2B' /tmp/devinfo"
 
 py() { PYTHONPATH=$HERE/../lib python3 - "$@"; }
 check "pyverbs: open context, alloc PD, create and destroy CQs of several sizes" py <<'PY'
