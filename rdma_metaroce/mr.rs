@@ -91,8 +91,8 @@ impl Window {
 /// A memory window bind as posted (`IBV_WR_BIND_MW`, `ibv_bind_mw`).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Bind {
-    /// The window's key as its consumer knows it (only its slot is looked at; it
-    /// changes at every bind), and the key it has once bound.
+    /// The window's key as its consumer knows it (the one it was last bound
+    /// under, or allocated with), and the key it has once bound (same slot).
     pub(crate) window: u32,
     pub(crate) new_key: u32,
     /// The region's L_Key, the range of it and the `IB_ACCESS_*` rights granted.

@@ -1628,13 +1628,10 @@ impl Connection {
             }
             if err.is_some() && self.cfg.uc && !op.consumes_recv() {
                 // Spec: MR-4.6.2 — a UC message that uses no receive WQE and
-                // cannot be carried out is dropped at its turn: acknowledged
-                // like any other, no NAK, both QPs stay up.
+                // cannot be carried out is dropped at its turn: it retires below
+                // and is acknowledged like any other, no NAK, both QPs stay up.
                 self.stats.uc_dropped += 1;
-                self.msgs[idx].active = false;
-                self.msg_cum = self.msg_cum.wrapping_add(1);
-                self.ack_promptly(now, p);
-                continue;
+                err = None;
             }
             if let Some(e) = err {
                 // Spec: MR-7.3.2 — fatal NAK at the message's turn, then error.

@@ -501,7 +501,8 @@ impl UserQueues {
             _ => None,
         };
         if let Some(op) = local {
-            if self.ud || num_sge != 0 || inline_len != 0 {
+            // (The engine refuses them on a UD QP.)
+            if num_sge != 0 || inline_len != 0 {
                 return Err(EINVAL);
             }
             let (signaled, fence) = (has(raw::ib_send_flags_IB_SEND_SIGNALED), has(raw::ib_send_flags_IB_SEND_FENCE));

@@ -246,32 +246,37 @@ fn new_mr(dev: &IbDev, pd: *mut raw::ib_pd, access: u32, umem: *mut raw::ib_umem
     publish_mr(dev, entry, KVec::new())
 }
 
-/// Gives `entry` a fresh key, publishes it in the device's MR table and returns its
-/// `ib_mr` (keys, iova and length as in the entry; `pages`: see [`MrAlloc`]).
-fn publish_mr(dev: &IbDev, mut entry: MrEntry, pages: KVec<u64>) -> *mut raw::ib_mr {
+/// Publishes `entry` (a region or a window) in the device's MR table under a fresh
+/// key, which it returns; from then on the data path can reach it.
+fn insert_with_fresh_key(dev: &IbDev, mut entry: MrEntry) -> Result<u32> {
     let data = dev.data();
-    let key = match data.mr_keys.alloc() {
-        Ok(k) => k,
-        Err(e) => return err_ptr(e),
-    };
+    let key = data.mr_keys.alloc()?;
     entry.key = key;
-    let mut ib = raw::ib_mr::default();
-    ib.lkey = key;
-    ib.rkey = key;
-    ib.iova = entry.iova;
-    ib.length = entry.length;
-    let b = match KBox::new(MrAlloc { ib, pages }, GFP_KERNEL) {
-        Ok(b) => b,
-        Err(e) => {
-            data.mr_keys.free(key);
-            return err_ptr(e.into());
-        }
-    };
     if let Err(e) = data.mrs.insert(&data.mr_keys, entry) {
         data.mr_keys.free(key);
-        return err_ptr(e);
+        return Err(e);
     }
-    KBox::into_raw(b).cast()
+    Ok(key)
+}
+
+/// Gives `entry` a fresh key, publishes it in the device's MR table and returns its
+/// `ib_mr` (keys, iova and length as in the entry; `pages`: see [`MrAlloc`]).
+fn publish_mr(dev: &IbDev, entry: MrEntry, pages: KVec<u64>) -> *mut raw::ib_mr {
+    let mut ib = raw::ib_mr::default();
+    ib.iova = entry.iova;
+    ib.length = entry.length;
+    let mut b = match KBox::new(MrAlloc { ib, pages }, GFP_KERNEL) {
+        Ok(b) => b,
+        Err(e) => return err_ptr(e.into()),
+    };
+    match insert_with_fresh_key(dev, entry) {
+        Ok(key) => {
+            b.ib.lkey = key;
+            b.ib.rkey = key;
+            KBox::into_raw(b).cast()
+        }
+        Err(e) => err_ptr(e),
+    }
 }
 
 /// `alloc_mr`: a fast-registration MR for a kernel consumer (`IB_MR_TYPE_MEM_REG`,
@@ -397,19 +402,14 @@ unsafe extern "C" fn alloc_mw_cb(mw: *mut raw::ib_mw, udata: *mut raw::ib_udata)
     }
     // SAFETY: ib_core allocated `mw` (`size_ib_mw`) and set its device, PD and type.
     let (dev, pd, ty) = unsafe { (IbDev::from_raw((*mw).device), (*mw).pd, (*mw).type_) };
-    let data = dev.data();
-    let key = match data.mr_keys.alloc() {
-        Ok(k) => k,
-        Err(e) => return e.to_errno(),
-    };
-    let entry = MrEntry { key, ..Window::entry(PdId(pd as usize), ty == raw::ib_mw_type_IB_MW_TYPE_2) };
-    if let Err(e) = data.mrs.insert(&data.mr_keys, entry) {
-        data.mr_keys.free(key);
-        return e.to_errno();
+    match insert_with_fresh_key(dev, Window::entry(PdId(pd as usize), ty == raw::ib_mw_type_IB_MW_TYPE_2)) {
+        Ok(key) => {
+            // SAFETY: As above; ib_core reports the key to the process.
+            unsafe { (*mw).rkey = key };
+            0
+        }
+        Err(e) => e.to_errno(),
     }
-    // SAFETY: As above; ib_core reports the key to the process.
-    unsafe { (*mw).rkey = key };
-    0
 }
 
 /// `dealloc_mw`: unbinds the window and frees its key; ib_core frees `mw`.
