@@ -293,6 +293,15 @@ pub struct Stats {
     pub rx_out_of_order: u64,
     /// UC messages the responder could not place and dropped (MR-4.6.2).
     pub uc_dropped: u64,
+    /// Received packets refused because their memory was not resident, to
+    /// be resent by the peer (MR-9.2.5).
+    pub rx_faults: u64,
+    /// Packets whose payload could not be read because the memory was not
+    /// resident, counted lost and resent later (MR-9.2.5).
+    pub tx_faults: u64,
+    /// Times delivery stopped at a message whose memory was not resident
+    /// (MR-9.2.5).
+    pub delivery_faults: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -608,6 +617,10 @@ impl Maybe<u32> {
     const NONE_U32: Self = Maybe { set: false, val: 0 };
 }
 
+impl Maybe<u8> {
+    const NONE_U8: Self = Maybe { set: false, val: 0 };
+}
+
 /// Stored completion; zero-valid unlike `Completion` (which has `Option`s).
 #[derive(Debug, Clone, Copy)]
 struct Cqe {
@@ -732,6 +745,9 @@ pub struct Connection {
     job_tail: u32,
     nak: Maybe<PendingNak>,
     gbn_nak_at: Maybe<u32>,
+    /// Delivery stopped at a message whose memory was not resident (MR-9.2.5):
+    /// the path to report progress on once it resumes.
+    delivery_stalled: Maybe<u8>,
     credit_hint: u16,
     // Completions.
     cq: [Cqe; CQ_DEPTH],
@@ -833,6 +849,7 @@ impl Connection {
             job_tail: 0,
             nak: Maybe::NONE_NAK,
             gbn_nak_at: Maybe::NONE_U32,
+            delivery_stalled: Maybe::NONE_U8,
             credit_hint: 0xFFFF,
             cq: [Cqe::EMPTY; CQ_DEPTH],
             cq_head: 0,
@@ -890,6 +907,7 @@ impl Connection {
         self.job_tail = 0;
         self.nak = Maybe::NONE_NAK;
         self.gbn_nak_at = Maybe::NONE_U32;
+        self.delivery_stalled = Maybe::NONE_U8;
         self.credit_hint = 0xFFFF;
         self.cq.fill(Cqe::EMPTY);
         self.cq_head = 0;
@@ -1497,6 +1515,7 @@ impl Connection {
             }
         }
         let last = base.flags.has(Flags::LAST);
+        let before = (self.msgs[idx].received, self.msgs[idx].got_last);
         let (err, received, got_last) = {
             let s = &mut self.msgs[idx];
             s.received = s.received.saturating_add(payload.len() as u32);
@@ -1535,6 +1554,13 @@ impl Connection {
                         }
                     }
                 }
+                // Spec: MR-9.2.5 — memory not resident: the packet is refused
+                // as if lost (the message forgets it; the peer resends it).
+                Err(MemError::Fault) => {
+                    (s.received, s.got_last) = before;
+                    self.stats.rx_faults += 1;
+                    return Verdict::Drop;
+                }
                 Err(e) => {
                     s.err = mem_syndrome(e) as u8;
                     s.err_tsn = base.tsn;
@@ -1566,6 +1592,9 @@ impl Connection {
                     (Opcode::AtomicWrite, Err(_)) => Err(MemError::Operation),
                     _ => place(mem, &s, s.tail_off, tail.into(), tail.len()),
                 };
+                if r == Err(MemError::Fault) {
+                    return self.delivery_faulted(p);
+                }
                 if let Err(e) = r {
                     err = Some(mem_syndrome(e));
                 }
@@ -1604,6 +1633,7 @@ impl Connection {
                                     j.orig = v;
                                     j.len = 8;
                                 }
+                                Err(MemError::Fault) => return self.delivery_faulted(p),
                                 Err(e) => err = Some(mem_syndrome(e)),
                             }
                         }
@@ -1684,6 +1714,23 @@ impl Connection {
         }
     }
 
+    /// Spec: MR-9.2.5 — delivery stops at the current message, whose memory is
+    /// not resident, until [`Self::resume_delivery`]; `p` is the path whose ACK
+    /// reports the progress then.
+    fn delivery_faulted(&mut self, p: usize) {
+        self.stats.delivery_faults += 1;
+        self.delivery_stalled = Maybe::some(p as u8);
+    }
+
+    /// Spec: MR-9.2.5 — resumes delivery stopped by memory that was not
+    /// resident; the caller has brought it in (or tries again). Does nothing
+    /// unless delivery stopped so.
+    pub fn resume_delivery<M: Memory>(&mut self, now: Instant, mem: &mut M) {
+        if let Some(p) = self.delivery_stalled.take() {
+            self.deliver(now.as_nanos(), p as usize, mem);
+        }
+    }
+
     fn rx_response<M: Memory>(
         &mut self,
         _now: u64,
@@ -1717,6 +1764,11 @@ impl Connection {
                 mem.write_local(e.wr.wr_id, rsp.offset.wrapping_add(off as u32), piece)
             })
         };
+        if r == Err(MemError::Fault) {
+            // Spec: MR-9.2.5 — refused as if lost; the responder resends it.
+            self.stats.rx_faults += 1;
+            return Verdict::Drop;
+        }
         if r.is_err() {
             self.enter_error(Some((m, WcStatus::LocProtErr)));
             return Verdict::Drop;
@@ -2843,6 +2895,9 @@ impl Connection {
             } else {
                 Ok(())
             };
+            if payload_res == Err(MemError::Fault) {
+                return self.tx_faulted(tsn);
+            }
             if payload_res.is_err() {
                 // Spec: MR-7.3.5 — local gather failure: LocProtErr, QP error.
                 self.enter_error(Some((k.msn, WcStatus::LocProtErr)));
@@ -2887,6 +2942,9 @@ impl Connection {
                     None => Err(MemError::Access),
                 }
             };
+            if payload_res == Err(MemError::Fault) {
+                return self.tx_faulted(tsn);
+            }
             if let Err(e) = payload_res {
                 // Spec: MR-3.5.3 — the NAK names the READ request's packet.
                 let nak = PendingNak {
@@ -2930,6 +2988,15 @@ impl Connection {
             ecn: Ecn::Ect0,
             ack: false,
         })
+    }
+
+    /// Spec: MR-9.2.5 — the payload of packet `tsn` is not resident: the
+    /// packet, which has taken its PSN and path, counts as lost and goes
+    /// first once anything runs the connection again (nothing leaves now).
+    fn tx_faulted(&mut self, tsn: u32) -> Option<Transmit> {
+        self.stats.tx_faults += 1;
+        self.mark_lost(tsn);
+        None
     }
 
     fn base(&self, op: Opcode, flags: Flags, q: usize, psn: u32, tsn: u32, now: u64) -> BaseRepr {
@@ -3102,7 +3169,8 @@ impl Connection {
 
 fn mem_syndrome(e: MemError) -> Syndrome {
     match e {
-        MemError::Access => Syndrome::NakAccess,
+        // A fault is never reported (MR-9.2.5); every caller handles it before.
+        MemError::Access | MemError::Fault => Syndrome::NakAccess,
         MemError::Operation => Syndrome::NakRemoteOp,
     }
 }
@@ -3165,7 +3233,7 @@ mod size_tests {
             assert_eq!(core::mem::size_of::<MsgSlot>(), 144);
             assert_eq!(core::mem::size_of::<SqEntry>(), 72);
             assert_eq!(core::mem::size_of::<Path>(), 176);
-            assert_eq!(core::mem::size_of::<Connection>(), 26_016);
+            assert_eq!(core::mem::size_of::<Connection>(), 26_048);
         }
     }
 }

@@ -315,6 +315,10 @@ pub enum MemError {
     /// The operation could not be carried out (e.g. misaligned atomic,
     /// invalid invalidate).
     Operation,
+    /// The access is allowed but the memory is not resident now (on-demand
+    /// paging): the caller has arranged for it to be brought in, and the
+    /// access is to be tried again later, never failed (MR-9.2.5).
+    Fault,
 }
 
 /// What a FLUSH asks of the responder (MR-3.3.5, MR-4.4.7): the placement

@@ -415,6 +415,81 @@ fn uc_drops_a_long_write_whose_first_packet_fails() {
     assert_eq!(&t.mb.region(0x77)[..100], &[2; 100][..]);
 }
 
+/// Runs `t` with timers until both sides are quiet (no deadline within 1 s),
+/// resuming `b`'s delivery each round as a driver does once a fault is served.
+fn run_serving_faults(t: &mut Pair) {
+    for _ in 0..10_000 {
+        t.b.resume_delivery(Instant(t.now), &mut t.mb);
+        t.a.resume_delivery(Instant(t.now), &mut t.ma);
+        t.run(1);
+        if t.a.poll_timeout().is_none() && t.b.poll_timeout().is_none() {
+            return;
+        }
+        t.advance_until(t.now + 1_000_000_000);
+    }
+    panic!("no quiet");
+}
+
+#[test]
+fn responder_faults_are_retried_never_failed() {
+    // Spec: MR-9.2.5 — packets whose memory is not resident are refused as if
+    // lost and resent; nothing fails, every byte lands once.
+    let data: Vec<u8> = (0..5000u32).map(|i| (i * 7) as u8).collect();
+    for faults in [1, 2, 5, 9] {
+        let mut t = Pair::write_send_read(&data);
+        t.mb.faults = faults;
+        run_serving_faults(&mut t);
+        let st: Vec<_> = t.comps_a().iter().map(|c| (c.wr_id, c.status)).collect();
+        assert_eq!(st, vec![(1, WcStatus::Success), (2, WcStatus::Success), (3, WcStatus::Success)], "faults {faults}");
+        assert_eq!(&t.mb.region(0x77)[..5000], &data[..]);
+        assert_eq!(&t.mb.recv[&60][..3333], &data[..3333]);
+        assert_eq!(&t.ma.local[&3][..4500], &data[0x100..0x100 + 4500]);
+        assert_eq!(t.mb.faulted, faults);
+        let s = t.b.stats();
+        assert!(s.rx_faults + s.tx_faults + s.delivery_faults >= 1);
+        assert_eq!((t.a.state(), t.b.state()), (QpState::Rts, QpState::Rts));
+    }
+}
+
+#[test]
+fn requester_faults_are_retried_never_failed() {
+    // Spec: MR-9.2.5 — a payload that cannot be gathered now, and READ data
+    // that cannot be scattered now, are resent.
+    let data: Vec<u8> = (0..5000u32).map(|i| (i * 13) as u8).collect();
+    for faults in [1, 3, 6] {
+        let mut t = Pair::write_send_read(&data);
+        t.ma.faults = faults;
+        run_serving_faults(&mut t);
+        let st: Vec<_> = t.comps_a().iter().map(|c| (c.wr_id, c.status)).collect();
+        assert_eq!(st, vec![(1, WcStatus::Success), (2, WcStatus::Success), (3, WcStatus::Success)], "faults {faults}");
+        assert_eq!(&t.mb.region(0x77)[..5000], &data[..]);
+        assert_eq!(&t.ma.local[&3][..4500], &data[0x100..0x100 + 4500]);
+        assert_eq!(t.a.stats().tx_faults, u64::from(faults));
+        assert_eq!((t.a.state(), t.b.state()), (QpState::Rts, QpState::Rts));
+    }
+}
+
+#[test]
+fn an_atomic_on_absent_memory_waits_for_resume_and_runs_once() {
+    // Spec: MR-9.2.5, MR-5.6.1 — delivery stops at the atomic until resumed;
+    // the atomic then executes exactly once.
+    let mut t = Pair::new(|_| {});
+    t.mb.regions.get_mut(&0x77).unwrap().1[..8].copy_from_slice(&5u64.to_ne_bytes());
+    t.a.post_send(SendWr::faa(1, 0x1000, 0x77, 3)).unwrap();
+    t.mb.faults = 1;
+    t.run(5);
+    assert_eq!(t.b.stats().delivery_faults, 1);
+    assert!(t.comps_a().is_empty());
+    assert_eq!(t.mb.atomics_executed, 0);
+    t.b.resume_delivery(Instant(t.now), &mut t.mb);
+    t.run(5);
+    let c = t.comps_a();
+    assert_eq!((c.len(), c[0].status), (1, WcStatus::Success));
+    assert_eq!(t.mb.atomics_executed, 1);
+    assert_eq!(&t.ma.local[&1][..8], &5u64.to_ne_bytes());
+    assert_eq!(&t.mb.region(0x77)[..8], &8u64.to_ne_bytes());
+}
+
 #[test]
 fn out_of_bounds_and_misaligned_requests() {
     let mut t = Pair::new(|_| {});

@@ -48,6 +48,11 @@ pub struct VecMemory {
     pub writes: u64,
     /// FLUSHes carried out: (rkey, va, len, what), in order.
     pub flushes: Vec<(u32, u64, u32, Flush)>,
+    /// The next this many accesses find their memory not resident
+    /// ([`MemError::Fault`], on-demand paging) and touch nothing.
+    pub faults: u32,
+    /// Accesses refused with [`MemError::Fault`] so far.
+    pub faulted: u32,
 }
 
 impl VecMemory {
@@ -66,6 +71,15 @@ impl VecMemory {
     pub fn set_recv(&mut self, wr_id: u64, len: usize) {
         self.recv.insert(wr_id, vec![0; len]);
     }
+    /// [`MemError::Fault`] while [`Self::faults`] lasts.
+    fn resident(&mut self) -> Result<(), MemError> {
+        if self.faults == 0 {
+            return Ok(());
+        }
+        self.faults -= 1;
+        self.faulted += 1;
+        Err(MemError::Fault)
+    }
     fn range(&mut self, rkey: u32, va: u64, len: usize) -> Result<&mut [u8], MemError> {
         let (base, buf) = self.regions.get_mut(&rkey).ok_or(MemError::Access)?;
         let off = va.checked_sub(*base).ok_or(MemError::Access)? as usize;
@@ -76,15 +90,18 @@ impl VecMemory {
 
 impl Responder for VecMemory {
     fn write_remote(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
+        self.resident()?;
         self.writes += 1;
         self.range(rkey, va, data.len())?.copy_from_slice(data);
         Ok(())
     }
     fn read_remote(&mut self, rkey: u32, va: u64, out: &mut [u8]) -> Result<(), MemError> {
+        self.resident()?;
         out.copy_from_slice(self.range(rkey, va, out.len())?);
         Ok(())
     }
     fn atomic_remote(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
+        self.resident()?;
         self.atomics_executed += 1;
         let r = self.range(rkey, va, 8)?;
         let old = u64::from_ne_bytes(r[..8].try_into().unwrap());
@@ -113,6 +130,7 @@ impl Responder for VecMemory {
         Ok(())
     }
     fn write_recv(&mut self, wr_id: u64, offset: u32, data: &[u8]) -> Result<(), MemError> {
+        self.resident()?;
         let b = self.recv.get_mut(&wr_id).ok_or(MemError::Access)?;
         let o = offset as usize;
         b.get_mut(o..o + data.len())
@@ -130,12 +148,14 @@ impl Responder for VecMemory {
 
 impl LocalMemory for VecMemory {
     fn read_local(&mut self, wr_id: u64, offset: u32, out: &mut [u8]) -> Result<(), MemError> {
+        self.resident()?;
         let b = self.local.get(&wr_id).ok_or(MemError::Access)?;
         let o = offset as usize;
         out.copy_from_slice(b.get(o..o + out.len()).ok_or(MemError::Access)?);
         Ok(())
     }
     fn write_local(&mut self, wr_id: u64, offset: u32, data: &[u8]) -> Result<(), MemError> {
+        self.resident()?;
         let b = self.local.entry(wr_id).or_default();
         let o = offset as usize;
         if b.len() < o + data.len() {
