@@ -14,7 +14,7 @@
 use crate::cq::{Grh, Wc};
 use crate::ffi::{TxFrags, UserQueues};
 use crate::ids::IdTable;
-use crate::mr::{Accessor, Bind, MrTable, Need, PdId, QpId};
+use crate::mr::{Accessor, Bind, FaultAt, MrTable, Need, PdId, QpId};
 use crate::net::{Counter, Counters};
 use crate::proto::{
     self, ud, AtomicOp, Completion, Config, Connection, Duration, Ecn, Instant, LocalMemory,
@@ -277,6 +277,8 @@ pub(crate) struct EngineCounters {
     pub(crate) tx_zero_copy: u64,
     pub(crate) rx_ud_dropped: u64,
     pub(crate) access_errors: u64,
+    /// Accesses that found on-demand memory not resident (spec MR-9.2.5).
+    pub(crate) odp_faults: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -401,6 +403,9 @@ pub(crate) struct Engine {
     /// wall time near 1e9), for `rdma resource show qp -dd`.
     held_ns: u64,
     runs: u64,
+    /// Memory a run found not resident (spec MR-9.2.5), waiting for the QP's fault
+    /// work ([`Engine::take_fault`]), which runs the QP again once it is in.
+    fault: Option<FaultAt>,
 }
 
 /// Total byte length of a scatter/gather list (`EINVAL` beyond 2^31).
@@ -477,6 +482,7 @@ impl Engine {
             user: None,
             held_ns: 0,
             runs: 0,
+            fault: None,
         })
     }
 
@@ -583,6 +589,7 @@ impl Engine {
             (Counter::TxZeroCopy, &mut own.tx_zero_copy),
             (Counter::UdDropped, &mut own.rx_ud_dropped),
             (Counter::AccessErrors, &mut own.access_errors),
+            (Counter::OdpFaults, &mut own.odp_faults),
         ] {
             to.add_nonzero(counter, core::mem::take(n));
         }
@@ -610,6 +617,17 @@ impl Engine {
             to.add_nonzero(counter, now.wrapping_sub(*last));
             *last = now;
         }
+    }
+
+    /// Memory a run found not resident (spec MR-9.2.5), for the QP's fault work to
+    /// bring in (process context: the caller drops it there).
+    pub(crate) fn take_fault(&mut self) -> Option<FaultAt> {
+        self.fault.take()
+    }
+
+    /// A fault is waiting for the QP's fault work.
+    pub(crate) fn has_fault(&self) -> bool {
+        self.fault.is_some()
     }
 
     /// `qp_access_flags` and the Q_Key as last set by `modify_qp`.
@@ -896,13 +914,13 @@ impl Engine {
                 if !self.connected {
                     return;
                 }
-                let Engine { conn, q, accessor, access, counters, errored, .. } = self;
+                let Engine { conn, q, accessor, access, counters, errored, fault, .. } = self;
                 let Some(conn) = conn.as_mut() else { return };
                 // Every posted receive is the connection's before a message needs it.
                 if !*errored {
                     feed_receives(q, conn);
                 }
-                let mut mem = QpMemory { sh, q, by: *accessor, access: *access, counters, pages: None };
+                let mut mem = QpMemory { sh, q, by: *accessor, access: *access, counters, pages: None, fault };
                 conn.handle_scattered(now, src_port, ce, bytes, d.more, &mut mem);
             }
             QpType::Ud => self.on_ud(sh, io, d.addrs, bytes),
@@ -934,10 +952,17 @@ impl Engine {
             IpPair::V4(s, dst) => (grh_ipv4(s, dst, d.payload.len()), Grh::Ipv4),
             IpPair::V6(s, dst) => (grh_ipv6(&s, &dst, d.payload.len()), Grh::Ipv6),
         };
-        let mut mem = QpMemory { sh, q: &mut self.q, by: self.accessor, access: self.access, counters: &mut self.counters, pages: None };
-        let ok = mem.write_recv(idx as u64, 0, &grh).is_ok()
-            && mem.write_recv(idx as u64, GRH_LEN as u32, d.payload).is_ok();
-        let status = if ok { WcStatus::Success } else { WcStatus::LocProtErr };
+        let fault = &mut self.fault;
+        let mut mem = QpMemory { sh, q: &mut self.q, by: self.accessor, access: self.access, counters: &mut self.counters, pages: None, fault };
+        let r = mem.write_recv(idx as u64, 0, &grh).and_then(|()| mem.write_recv(idx as u64, GRH_LEN as u32, d.payload));
+        // Spec: MR-9.2.5 — a receive buffer not resident: the datagram is dropped
+        // (UD is unreliable), the WQE stays for the next, the fault work brings
+        // the buffer in.
+        if r == Err(MemError::Fault) {
+            self.counters.rx_ud_dropped += 1;
+            return;
+        }
+        let status = if r.is_ok() { WcStatus::Success } else { WcStatus::LocProtErr };
         self.q.rqr.head = self.q.rqr.head.wrapping_add(1);
         self.q.rqr.fed = self.q.rqr.head;
         self.q.rq[idx] = None;
@@ -1006,10 +1031,17 @@ impl Engine {
         // goes on while the ACK and the next packets are built and sent.
         self.retire_ready(io);
         let mut local_failed = false;
-        let Engine { conn, q, accessor, access, counters, remote_gid, tx, tx_large, tx_by_ref, .. } = self;
+        let Engine { conn, q, accessor, access, counters, remote_gid, tx, tx_large, tx_by_ref, fault, .. } = self;
         let conn = conn.as_mut()?;
         if rx_drained && conn.poll_timeout().is_some_and(|t| t <= now) {
             conn.handle_timeout(now);
+        }
+        // Spec: MR-9.2.5 — delivery that stopped at memory not resident goes on
+        // (the fault work ran the QP once it brought the memory in).
+        if fault.is_none() {
+            let (q, counters, fault) = (&mut *q, &mut *counters, &mut *fault);
+            let mut mem = QpMemory { sh, q, by: *accessor, access: *access, counters, pages: None, fault };
+            conn.resume_delivery(now, &mut mem);
         }
         // Hand posted work to the connection while it has room; memory operations
         // execute here, when their turn in the send queue comes.
@@ -1081,7 +1113,7 @@ impl Engine {
             // the list is large enough that making it, or moving it in and out of
             // `mem`, for each packet cost more than building an ACK.
             let pages = by_ref.then(|| TakePages { frags: None, base: tx.as_ptr() as usize, on: false });
-            let mut mem = QpMemory { sh, q, by: *accessor, access: *access, counters, pages };
+            let mut mem = QpMemory { sh, q, by: *accessor, access: *access, counters, pages, fault };
             let mut sent = 0;
             let want = conn.max_packet_len();
             // Packets with payload from user memory leave with the pages attached
@@ -1342,12 +1374,21 @@ impl Engine {
             let len = s.wr.len as usize;
             let hdr = ud_header_room();
             let status = {
-                let Engine { q, accessor, access, counters, tx, qpn, qkey, src_port, .. } = self;
-                let mut mem = QpMemory { sh, q, by: *accessor, access: *access, counters, pages: None };
+                let Engine { q, accessor, access, counters, tx, qpn, qkey, src_port, fault, .. } = self;
+                let mut mem = QpMemory { sh, q, by: *accessor, access: *access, counters, pages: None, fault };
                 // Gather the payload behind the room the header needs, then build the
                 // datagram around it.
                 let body = &mut tx[hdr..];
-                if len > body.len() || mem.read_local(i as u64, 0, &mut body[..len]).is_err() {
+                let read = match body.get_mut(..len) {
+                    Some(b) => mem.read_local(i as u64, 0, b),
+                    None => Err(MemError::Access),
+                };
+                if read == Err(MemError::Fault) {
+                    // Spec: MR-9.2.5 — the send waits at the head of the queue
+                    // until the fault work has brought its buffer in.
+                    return;
+                }
+                if read.is_err() {
                     WcStatus::LocProtErr
                 } else {
                     let send = ud::UdSend {
@@ -1503,6 +1544,9 @@ struct QpMemory<'a, 'b> {
     /// While a packet is built for sending by reference: where its payload's
     /// pages go (payloads from user memory of at least [`PAGES_MIN`] bytes).
     pages: Option<TakePages>,
+    /// The first memory found not resident (spec MR-9.2.5), for the QP's fault
+    /// work (the engine's [`Engine::fault`]).
+    fault: &'a mut Option<FaultAt>,
 }
 
 impl TakePages {
@@ -1567,9 +1611,13 @@ impl QpMemory<'_, '_> {
         if done == len { Ok(()) } else { Err(MemError::Access) }
     }
 
+    /// Counts a failed access: a fault (memory not resident, spec MR-9.2.5) or an
+    /// access error.
     fn count<T>(&mut self, r: Result<T, MemError>) -> Result<T, MemError> {
-        if r.is_err() {
-            self.counters.access_errors += 1;
+        match r {
+            Ok(_) => {}
+            Err(MemError::Fault) => self.counters.odp_faults += 1,
+            Err(_) => self.counters.access_errors += 1,
         }
         r
     }
@@ -1591,10 +1639,10 @@ impl LocalMemory for QpMemory<'_, '_> {
         }
         let base = i * self.q.max_send_sge;
         let sges = &self.q.sq_sge[base..base + s.nsge as usize];
-        let (sh, by) = (self.sh, self.by);
+        let (sh, by, fault) = (self.sh, self.by, &mut *self.fault);
         if let Some(p) = self.pages.as_mut().filter(|p| p.on && out.len() >= PAGES_MIN) {
             let r = Self::walk(sges, offset, out.len(), |sge, off, range| {
-                sh.mrs.access(sh.keys, sge.lkey, by, sge.addr + off, range.len(), Need::LocalRead, |m, iova, o| {
+                sh.mrs.access(sh.keys, sge.lkey, by, sge.addr + off, range.len(), Need::LocalRead, fault, |m, iova, o| {
                     m.take_pages(iova, o, range.len(), p.frags())
                 })
             });
@@ -1604,7 +1652,7 @@ impl LocalMemory for QpMemory<'_, '_> {
         }
         let r = Self::walk(sges, offset, out.len(), |sge, off, range| {
             let buf = &mut out[range];
-            sh.mrs.access(sh.keys, sge.lkey, by, sge.addr + off, buf.len(), Need::LocalRead, |m, iova, o| m.read(iova, o, buf))
+            sh.mrs.access(sh.keys, sge.lkey, by, sge.addr + off, buf.len(), Need::LocalRead, fault, |m, iova, o| m.read(iova, o, buf))
         });
         self.count(r)
     }
@@ -1614,10 +1662,10 @@ impl LocalMemory for QpMemory<'_, '_> {
         let Some(s) = self.q.sq.get(i).copied().flatten() else { return Err(MemError::Access) };
         let base = i * self.q.max_send_sge;
         let sges = &self.q.sq_sge[base..base + s.nsge as usize];
-        let (sh, by) = (self.sh, self.by);
+        let (sh, by, fault) = (self.sh, self.by, &mut *self.fault);
         let r = Self::walk(sges, offset, data.len(), |sge, off, range| {
             let d = &data[range];
-            sh.mrs.access(sh.keys, sge.lkey, by, sge.addr + off, d.len(), Need::LocalWrite, |m, iova, o| m.write(iova, o, d))
+            sh.mrs.access(sh.keys, sge.lkey, by, sge.addr + off, d.len(), Need::LocalWrite, fault, |m, iova, o| m.write(iova, o, d))
         });
         self.count(r)
     }
@@ -1628,7 +1676,8 @@ impl Responder for QpMemory<'_, '_> {
         if self.access & crate::mr::ACCESS_REMOTE_WRITE == 0 {
             return self.count(Err(MemError::Access));
         }
-        let r = self.sh.mrs.access(self.sh.keys, rkey, self.by, va, data.len(), Need::RemoteWrite, |m, iova, o| m.write(iova, o, data));
+        let fault = &mut *self.fault;
+        let r = self.sh.mrs.access(self.sh.keys, rkey, self.by, va, data.len(), Need::RemoteWrite, fault, |m, iova, o| m.write(iova, o, data));
         self.count(r)
     }
 
@@ -1636,16 +1685,16 @@ impl Responder for QpMemory<'_, '_> {
         if self.access & crate::mr::ACCESS_REMOTE_READ == 0 {
             return self.count(Err(MemError::Access));
         }
-        let (sh, by) = (self.sh, self.by);
+        let (sh, by, fault) = (self.sh, self.by, &mut *self.fault);
         if let Some(p) = self.pages.as_mut().filter(|p| p.on && out.len() >= PAGES_MIN) {
-            let r = sh.mrs.access(sh.keys, rkey, by, va, out.len(), Need::RemoteRead, |m, iova, o| {
+            let r = sh.mrs.access(sh.keys, rkey, by, va, out.len(), Need::RemoteRead, fault, |m, iova, o| {
                 m.take_pages(iova, o, out.len(), p.frags())
             });
             if p.taken(r, out) {
                 return Ok(());
             }
         }
-        let r = sh.mrs.access(sh.keys, rkey, by, va, out.len(), Need::RemoteRead, |m, iova, o| m.read(iova, o, out));
+        let r = sh.mrs.access(sh.keys, rkey, by, va, out.len(), Need::RemoteRead, fault, |m, iova, o| m.read(iova, o, out));
         self.count(r)
     }
 
@@ -1659,11 +1708,10 @@ impl Responder for QpMemory<'_, '_> {
         let mut orig = 0u64;
         // The table is held alone across read-modify-write, so atomics on one
         // device are atomic with respect to each other and to every copy.
-        let r = self.sh.mrs.access_alone(self.sh.keys, rkey, self.by, va, 8, Need::RemoteAtomic, |m, iova, o| {
+        let fault = &mut *self.fault;
+        let r = self.sh.mrs.access_alone(self.sh.keys, rkey, self.by, va, 8, Need::RemoteAtomic, fault, |m, iova, o| {
             let mut b = [0u8; 8];
-            if !m.read(iova, o, &mut b) {
-                return false;
-            }
+            m.read(iova, o, &mut b)?;
             orig = u64::from_ne_bytes(b);
             let new = match op {
                 AtomicOp::Cas { compare, swap } => if orig == compare { swap } else { orig },
@@ -1684,7 +1732,8 @@ impl Responder for QpMemory<'_, '_> {
         }
         // Under the table held alone, as the other atomics run: none of them
         // sees part of the store.
-        let r = self.sh.mrs.access_alone(self.sh.keys, rkey, self.by, va, 8, Need::RemoteWrite, |m, iova, o| {
+        let fault = &mut *self.fault;
+        let r = self.sh.mrs.access_alone(self.sh.keys, rkey, self.by, va, 8, Need::RemoteWrite, fault, |m, iova, o| {
             m.write(iova, o, bytes)
         });
         self.count(r)
@@ -1718,10 +1767,10 @@ impl Responder for QpMemory<'_, '_> {
         let Some(s) = self.q.rq.get(i).copied().flatten() else { return Err(MemError::Access) };
         let base = i * self.q.max_recv_sge;
         let sges = &self.q.rq_sge[base..base + s.nsge as usize];
-        let (sh, by) = (self.sh, self.by);
+        let (sh, by, fault) = (self.sh, self.by, &mut *self.fault);
         let r = Self::walk(sges, offset, data.len(), |sge, off, range| {
             let d = &data[range];
-            sh.mrs.access(sh.keys, sge.lkey, by, sge.addr + off, d.len(), Need::LocalWrite, |m, iova, o| m.write(iova, o, d))
+            sh.mrs.access(sh.keys, sge.lkey, by, sge.addr + off, d.len(), Need::LocalWrite, fault, |m, iova, o| m.write(iova, o, d))
         });
         self.count(r)
     }

@@ -11,17 +11,22 @@
 //! rights, to part of a region it names by key. A region with windows bound to it
 //! cannot be deregistered, so a window's region is always the one it was bound to.
 //!
+//! A region registered with `IB_ACCESS_ON_DEMAND` is backed by [`OdpMem`]: an
+//! access that finds part of it not resident is a [`MemError::Fault`] (spec
+//! MR-9.2.5), and the check notes where ([`FaultAt`]) for the QP's fault work.
+//!
 //! The table's lock is held while bytes are copied, so deregistration (which takes
 //! the entry out under the same lock before unpinning the pages) can never free
 //! memory that a copy is using. Copies hold it for reading, so the QPs of a device
 //! copy into and out of their regions in parallel; changes to the table (and
 //! atomics, which must not interleave with each other) hold it alone.
 
-use crate::ffi::{KernelVa, Umem};
+use crate::ffi::{KernelVa, OdpMem, Umem};
 use crate::ids::IdTable;
 use crate::proto::MemError;
 use core::sync::atomic::{AtomicU64, Ordering};
 use kernel::prelude::*;
+use kernel::sync::Arc;
 
 /// `IB_ACCESS_LOCAL_WRITE`.
 pub(crate) const ACCESS_LOCAL_WRITE: u32 = 1;
@@ -39,6 +44,8 @@ pub(crate) const ACCESS_ZERO_BASED: u32 = 32;
 pub(crate) const ACCESS_FLUSH_GLOBAL: u32 = 256;
 /// `IB_ACCESS_FLUSH_PERSISTENT`.
 pub(crate) const ACCESS_FLUSH_PERSISTENT: u32 = 512;
+/// `IB_ACCESS_ON_DEMAND`: pages are brought in as accesses need them.
+pub(crate) const ACCESS_ON_DEMAND: u32 = 64;
 
 /// Identity of a protection domain (the address of its `ib_pd`; compared, never
 /// dereferenced).
@@ -52,6 +59,9 @@ pub(crate) struct PdId(pub(crate) usize);
 pub(crate) struct QpId(u64);
 
 impl QpId {
+    /// No QP: an access by a protection domain itself (`ibv_advise_mr`).
+    pub(crate) const NONE: QpId = QpId(0);
+
     /// An identity no other QP has had.
     pub(crate) fn new() -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(1);
@@ -83,7 +93,7 @@ pub(crate) struct Window {
 impl Window {
     /// A window of `pd` as allocated: bound to nothing.
     pub(crate) fn entry(pd: PdId, type2: bool) -> MrEntry {
-        let w = Window { type2, region: 0, qp: QpId(0) };
+        let w = Window { type2, region: 0, qp: QpId::NONE };
         MrEntry { key: 0, pd, access: 0, iova: 0, length: 0, mem: Backing::Window(w), valid: false, windows: 0 }
     }
 }
@@ -189,10 +199,31 @@ impl PageList {
     }
 }
 
+/// Memory an access found not resident (spec MR-9.2.5): what the QP's fault work
+/// brings in before the access is tried again. Holds the registration, so it must
+/// be dropped in process context (the fault work takes it there).
+pub(crate) struct FaultAt {
+    mem: Arc<OdpMem>,
+    offset: u64,
+    len: u64,
+    write: bool,
+}
+
+impl FaultAt {
+    /// Brings the memory in (process context; sleeps). An error leaves the range
+    /// marked failed, so the access that is tried again fails instead of faulting.
+    pub(crate) fn serve(self) -> Result {
+        self.mem.fault_in(self.offset, self.len, self.write, true)
+    }
+}
+
 /// The memory behind a registration.
 pub(crate) enum Backing {
     /// Pinned user pages, addressed by offset into the registration.
     User(Umem),
+    /// User pages brought in on demand (`IB_ACCESS_ON_DEMAND`), by offset into the
+    /// registration.
+    Odp(Arc<OdpMem>),
     /// Kernel virtual memory (the DMA MR of kernel consumers; `iova` 0, so the
     /// offset is the kernel address).
     Kernel(KernelVa),
@@ -205,34 +236,46 @@ pub(crate) enum Backing {
     None,
 }
 
+/// `Ok` if a copy moved every byte, else an access error.
+fn moved(all: bool) -> Result<(), MemError> {
+    if all { Ok(()) } else { Err(MemError::Access) }
+}
+
 impl Backing {
-    /// Copies out of the registration at `offset`; false if not all bytes exist.
-    pub(crate) fn read(&self, iova: u64, offset: u64, out: &mut [u8]) -> bool {
+    /// Copies out of the registration at `offset`: an access error if not all
+    /// bytes exist, a fault if they are not resident (copying nothing).
+    pub(crate) fn read(&self, iova: u64, offset: u64, out: &mut [u8]) -> Result<(), MemError> {
         match self {
-            Backing::User(u) => u.read(offset, out),
-            Backing::Kernel(k) => k.read(offset, out),
-            Backing::Pages(p) => p.walk(iova, offset, out.len(), |va, r| p.va.read(va, &mut out[r])),
-            Backing::Window(_) | Backing::None => false,
+            Backing::User(u) => moved(u.read(offset, out)),
+            Backing::Odp(o) => o.read(offset, out),
+            Backing::Kernel(k) => moved(k.read(offset, out)),
+            Backing::Pages(p) => moved(p.walk(iova, offset, out.len(), |va, r| p.va.read(va, &mut out[r]))),
+            Backing::Window(_) | Backing::None => Err(MemError::Access),
         }
     }
 
     /// Takes references to the pages behind `len` bytes at `offset` into `frags`
-    /// (zero-copy transmit); false, taking nothing, where pages are not to be sent
-    /// by reference (kernel memory is copied) or do not fit `frags`.
-    pub(crate) fn take_pages(&self, _iova: u64, offset: u64, len: usize, frags: &mut crate::ffi::TxFrags) -> bool {
+    /// (zero-copy transmit); an error, taking nothing, where pages are not to be
+    /// sent by reference (kernel memory is copied; on-demand pages could change
+    /// under a packet in flight) or do not fit `frags`.
+    pub(crate) fn take_pages(&self, _iova: u64, offset: u64, len: usize, frags: &mut crate::ffi::TxFrags) -> Result<(), MemError> {
         match self {
-            Backing::User(u) => u.take_pages(offset, len, frags),
-            Backing::Kernel(_) | Backing::Pages(_) | Backing::Window(_) | Backing::None => false,
+            Backing::User(u) => moved(u.take_pages(offset, len, frags)),
+            Backing::Odp(_) | Backing::Kernel(_) | Backing::Pages(_) | Backing::Window(_) | Backing::None => {
+                Err(MemError::Access)
+            }
         }
     }
 
-    /// Copies into the registration at `offset`; false if not all bytes fit.
-    pub(crate) fn write(&self, iova: u64, offset: u64, data: &[u8]) -> bool {
+    /// Copies into the registration at `offset`: an access error if not all bytes
+    /// fit, a fault if they are not resident (copying nothing).
+    pub(crate) fn write(&self, iova: u64, offset: u64, data: &[u8]) -> Result<(), MemError> {
         match self {
-            Backing::User(u) => u.write(offset, data),
-            Backing::Kernel(k) => k.write(offset, data),
-            Backing::Pages(p) => p.walk(iova, offset, data.len(), |va, r| p.va.write(va, &data[r])),
-            Backing::Window(_) | Backing::None => false,
+            Backing::User(u) => moved(u.write(offset, data)),
+            Backing::Odp(o) => o.write(offset, data),
+            Backing::Kernel(k) => moved(k.write(offset, data)),
+            Backing::Pages(p) => moved(p.walk(iova, offset, data.len(), |va, r| p.va.write(va, &data[r]))),
+            Backing::Window(_) | Backing::None => Err(MemError::Access),
         }
     }
 }
@@ -251,6 +294,11 @@ pub(crate) enum Need {
 impl Need {
     fn is_local(self) -> bool {
         matches!(self, Need::LocalRead | Need::LocalWrite)
+    }
+
+    /// The access stores into the memory.
+    fn writes(self) -> bool {
+        matches!(self, Need::LocalWrite | Need::RemoteWrite | Need::RemoteAtomic)
     }
 
     fn right(self) -> u32 {
@@ -466,8 +514,10 @@ impl MrTable {
 
     /// Runs `f(memory, registration iova, offset)` on the memory of `key` at the
     /// offset of `va`, after the MR-9.2 checks for an access of `len` bytes by a QP
-    /// in `pd`. `f` returns whether the copy moved every byte. Accesses run in
-    /// parallel with each other: `f` may only copy.
+    /// in `pd`, and returns what `f` does (the copy's outcome). Accesses run in
+    /// parallel with each other: `f` may only copy. A fault (memory not resident,
+    /// spec MR-9.2.5) is noted in `fault` unless one is noted there already.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn access(
         &self,
         keys: &IdTable,
@@ -476,14 +526,16 @@ impl MrTable {
         va: u64,
         len: usize,
         need: Need,
-        f: impl FnOnce(&Backing, u64, u64) -> bool,
+        fault: &mut Option<FaultAt>,
+        f: impl FnOnce(&Backing, u64, u64) -> Result<(), MemError>,
     ) -> Result<(), MemError> {
         let s = self.slots.read();
-        Self::checked(&s, keys, key, by, va, len, need, f)
+        Self::checked(&s, keys, key, by, va, len, need, fault, f)
     }
 
     /// [`Self::access`] with the table held alone, so that `f` is atomic with
     /// respect to every other access of the device (read-modify-write atomics).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn access_alone(
         &self,
         keys: &IdTable,
@@ -492,10 +544,11 @@ impl MrTable {
         va: u64,
         len: usize,
         need: Need,
-        f: impl FnOnce(&Backing, u64, u64) -> bool,
+        fault: &mut Option<FaultAt>,
+        f: impl FnOnce(&Backing, u64, u64) -> Result<(), MemError>,
     ) -> Result<(), MemError> {
         let s = self.slots.write();
-        Self::checked(&s, keys, key, by, va, len, need, f)
+        Self::checked(&s, keys, key, by, va, len, need, fault, f)
     }
 
     /// Checks that `key` names a valid region of `pd` granting every right in
@@ -506,7 +559,7 @@ impl MrTable {
         Self::resolve(&s, keys, key, by, rights, false, range).map(|_| ())
     }
 
-    /// Spec: MR-9.2 — [`Self::resolve`], then `f`.
+    /// Spec: MR-9.2 — [`Self::resolve`], then `f`; MR-9.2.5 — a fault is noted.
     #[allow(clippy::too_many_arguments)]
     fn checked(
         slots: &[Option<MrEntry>],
@@ -516,14 +569,30 @@ impl MrTable {
         va: u64,
         len: usize,
         need: Need,
-        f: impl FnOnce(&Backing, u64, u64) -> bool,
+        fault: &mut Option<FaultAt>,
+        f: impl FnOnce(&Backing, u64, u64) -> Result<(), MemError>,
     ) -> Result<(), MemError> {
         let (r, off) = Self::resolve(slots, keys, key, by, need.right(), need.is_local(), Some((va, len as u64)))?;
-        if f(&r.mem, r.iova, off) {
-            Ok(())
-        } else {
-            Err(MemError::Access)
+        let res = f(&r.mem, r.iova, off);
+        if let (Err(MemError::Fault), Backing::Odp(mem), None) = (res, &r.mem, &fault) {
+            // An Arc clone (no allocation): the packet path may do it.
+            *fault = Some(FaultAt { mem: mem.clone(), offset: off, len: len as u64, write: need.writes() });
         }
+        res
+    }
+
+    /// The on-demand memory of the region `key` names for a local access by `by`
+    /// (`ibv_advise_mr`), with the offset of `va`; `None` for another kind of
+    /// region, an error if the key fails the checks of a local access of `len`
+    /// bytes (with local write if `write`).
+    pub(crate) fn on_demand(&self, keys: &IdTable, key: u32, by: Accessor, va: u64, len: u64, write: bool) -> Result<Option<(Arc<OdpMem>, u64)>> {
+        let s = self.slots.read();
+        let need = if write { Need::LocalWrite } else { Need::LocalRead };
+        let (r, off) = Self::resolve(&s, keys, key, by, need.right(), true, Some((va, len))).map_err(|_| EINVAL)?;
+        Ok(match &r.mem {
+            Backing::Odp(m) => Some((m.clone(), off)),
+            _ => None,
+        })
     }
 
     /// The region an access by `by` with `key` reaches, and the offset of `range`
@@ -587,21 +656,21 @@ mod tests {
         let t = KBox::pin_init(MrTable::new(16)?, GFP_KERNEL)?;
         let key = keys.alloc()?;
         t.insert(&keys, MrEntry { key, ..entry(0x1000, 0x100) })?;
-        let ok = |_: &Backing, _: u64, _: u64| true;
+        let ok = |_: &Backing, _: u64, _: u64| Ok(());
         let qp = Accessor { pd: PdId(1), qp: QpId::new() };
         let other = Accessor { pd: PdId(2), ..qp };
-        assert_eq!(t.access(&keys, key, qp, 0x1000, 8, Need::LocalRead, ok), Ok(()));
-        assert_eq!(t.access(&keys, key, qp, 0x1000, 8, Need::LocalWrite, ok), Ok(()));
-        assert_eq!(t.access(&keys, key, qp, 0x10f9, 8, Need::LocalRead, ok), Err(MemError::Access));
-        assert_eq!(t.access(&keys, key, qp, 0x1000, 8, Need::LocalRead, |_, _, _| false), Err(MemError::Access));
-        assert_eq!(t.access(&keys, key ^ 1, qp, 0x1000, 8, Need::LocalRead, ok), Err(MemError::Access));
-        assert_eq!(t.access(&keys, key, other, 0x1000, 8, Need::LocalRead, ok), Err(MemError::Access));
-        assert_eq!(t.access(&keys, key, qp, 0x1000, 8, Need::RemoteWrite, ok), Err(MemError::Access));
+        assert_eq!(t.access(&keys, key, qp, 0x1000, 8, Need::LocalRead, &mut None, ok), Ok(()));
+        assert_eq!(t.access(&keys, key, qp, 0x1000, 8, Need::LocalWrite, &mut None, ok), Ok(()));
+        assert_eq!(t.access(&keys, key, qp, 0x10f9, 8, Need::LocalRead, &mut None, ok), Err(MemError::Access));
+        assert_eq!(t.access(&keys, key, qp, 0x1000, 8, Need::LocalRead, &mut None, |_, _, _| Err(MemError::Access)), Err(MemError::Access));
+        assert_eq!(t.access(&keys, key ^ 1, qp, 0x1000, 8, Need::LocalRead, &mut None, ok), Err(MemError::Access));
+        assert_eq!(t.access(&keys, key, other, 0x1000, 8, Need::LocalRead, &mut None, ok), Err(MemError::Access));
+        assert_eq!(t.access(&keys, key, qp, 0x1000, 8, Need::RemoteWrite, &mut None, ok), Err(MemError::Access));
         // Held alone (atomics): the same checks.
-        assert_eq!(t.access_alone(&keys, key, qp, 0x1000, 8, Need::LocalWrite, ok), Ok(()));
-        assert_eq!(t.access_alone(&keys, key, qp, 0x10f9, 8, Need::LocalRead, ok), Err(MemError::Access));
-        assert_eq!(t.access_alone(&keys, key, other, 0x1000, 8, Need::LocalRead, ok), Err(MemError::Access));
-        assert_eq!(t.access_alone(&keys, key, qp, 0x1000, 8, Need::RemoteAtomic, ok), Err(MemError::Access));
+        assert_eq!(t.access_alone(&keys, key, qp, 0x1000, 8, Need::LocalWrite, &mut None, ok), Ok(()));
+        assert_eq!(t.access_alone(&keys, key, qp, 0x10f9, 8, Need::LocalRead, &mut None, ok), Err(MemError::Access));
+        assert_eq!(t.access_alone(&keys, key, other, 0x1000, 8, Need::LocalRead, &mut None, ok), Err(MemError::Access));
+        assert_eq!(t.access_alone(&keys, key, qp, 0x1000, 8, Need::RemoteAtomic, &mut None, ok), Err(MemError::Access));
         assert!(t.remove(&keys, key ^ 1)?.is_none());
         assert!(t.remove(&keys, key)?.is_some());
         assert!(t.remove(&keys, key)?.is_none());
@@ -630,37 +699,37 @@ mod tests {
         let t = KBox::pin_init(MrTable::new(16)?, GFP_KERNEL)?;
         let (region, w1, w2) = windows_setup(&keys, &t)?;
         let (qp, peer) = (Accessor { pd: PdId(1), qp: QpId::new() }, Accessor { pd: PdId(1), qp: QpId::new() });
-        let ok = |_: &Backing, _: u64, _: u64| true;
+        let ok = |_: &Backing, _: u64, _: u64| Ok(());
         // Succeeds only if the copy is handed the region's memory at `want`
         // (its iova, the offset into it).
-        let at = |want: (u64, u64)| move |_: &Backing, iova: u64, off: u64| (iova, off) == want;
+        let at = |want: (u64, u64)| move |_: &Backing, iova: u64, off: u64| if (iova, off) == want { Ok(()) } else { Err(MemError::Access) };
         // Type 1 under a new low byte, remote write over 0x1010..0x1030.
         let k1 = w1 ^ 0x01;
         assert_eq!(t.bind(&keys, &bind(w1, k1, region, 0x1010, 0x20, ACCESS_REMOTE_WRITE), qp), Ok(()));
-        assert_eq!(t.access(&keys, k1, peer, 0x1018, 8, Need::RemoteWrite, at((0x1000, 0x18))), Ok(()));
+        assert_eq!(t.access(&keys, k1, peer, 0x1018, 8, Need::RemoteWrite, &mut None, at((0x1000, 0x18))), Ok(()));
         // Not the old key, not beyond the window, not a right it lacks, never local.
-        assert_eq!(t.access(&keys, w1, peer, 0x1018, 8, Need::RemoteWrite, ok), Err(MemError::Access));
-        assert_eq!(t.access(&keys, k1, peer, 0x102c, 8, Need::RemoteWrite, ok), Err(MemError::Access));
-        assert_eq!(t.access(&keys, k1, peer, 0x1018, 8, Need::RemoteRead, ok), Err(MemError::Access));
-        assert_eq!(t.access(&keys, k1, peer, 0x1018, 8, Need::LocalWrite, ok), Err(MemError::Access));
+        assert_eq!(t.access(&keys, w1, peer, 0x1018, 8, Need::RemoteWrite, &mut None, ok), Err(MemError::Access));
+        assert_eq!(t.access(&keys, k1, peer, 0x102c, 8, Need::RemoteWrite, &mut None, ok), Err(MemError::Access));
+        assert_eq!(t.access(&keys, k1, peer, 0x1018, 8, Need::RemoteRead, &mut None, ok), Err(MemError::Access));
+        assert_eq!(t.access(&keys, k1, peer, 0x1018, 8, Need::LocalWrite, &mut None, ok), Err(MemError::Access));
         // A region with a window bound cannot go; type 1 cannot be invalidated, a
         // zero-length bind unbinds it.
         assert_eq!(t.remove(&keys, region).err(), Some(EBUSY));
         assert_eq!(t.invalidate(&keys, k1, qp), Err(MemError::Access));
         let k1b = k1 ^ 0x02;
         assert_eq!(t.bind(&keys, &bind(k1, k1b, region, 0, 0, 0), qp), Ok(()));
-        assert_eq!(t.access(&keys, k1b, peer, 0x1018, 8, Need::RemoteWrite, ok), Err(MemError::Access));
+        assert_eq!(t.access(&keys, k1b, peer, 0x1018, 8, Need::RemoteWrite, &mut None, ok), Err(MemError::Access));
         // Type 2: only through the QP that bound it, until invalidated.
         let k2 = w2 ^ 0x10;
         assert_eq!(t.bind(&keys, &bind(w2, k2, region, 0x1000, 0x100, ACCESS_REMOTE_READ), qp), Ok(()));
-        assert_eq!(t.access(&keys, k2, qp, 0x10f8, 8, Need::RemoteRead, ok), Ok(()));
-        assert_eq!(t.access(&keys, k2, peer, 0x10f8, 8, Need::RemoteRead, ok), Err(MemError::Access));
+        assert_eq!(t.access(&keys, k2, qp, 0x10f8, 8, Need::RemoteRead, &mut None, ok), Ok(()));
+        assert_eq!(t.access(&keys, k2, peer, 0x10f8, 8, Need::RemoteRead, &mut None, ok), Err(MemError::Access));
         assert_eq!(t.check_rights(&keys, k2, qp, Some((0x1000, 0x100)), ACCESS_REMOTE_READ), Ok(()));
         // Bound already: no second bind; another QP cannot invalidate it.
         assert_eq!(t.bind(&keys, &bind(k2, k2 ^ 1, region, 0x1000, 8, ACCESS_REMOTE_READ), qp), Err(MemError::Access));
         assert_eq!(t.invalidate(&keys, k2, peer), Err(MemError::Access));
         assert_eq!(t.invalidate(&keys, k2, qp), Ok(()));
-        assert_eq!(t.access(&keys, k2, qp, 0x10f8, 8, Need::RemoteRead, ok), Err(MemError::Access));
+        assert_eq!(t.access(&keys, k2, qp, 0x10f8, 8, Need::RemoteRead, &mut None, ok), Err(MemError::Access));
         assert_eq!(t.invalidate(&keys, k2, qp), Err(MemError::Access));
         // Unbound everywhere: the region may go, and the windows with it.
         assert!(t.remove_window(&keys, w1).is_some());

@@ -84,10 +84,15 @@ pub(crate) enum Counter {
     CmdPosts,
     /// Poll commands on a process's CQ (a provider that does not map the ring).
     CmdPolls,
+    /// Accesses that found on-demand memory not resident and were put off
+    /// (spec MR-9.2.5).
+    OdpFaults,
+    /// Page faults the QPs' fault work served (memory brought in for them).
+    OdpFaultsServed,
 }
 
 /// Counter names as shown by `rdma statistic show link DEV/1`.
-pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 31] = [
+pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 33] = [
     c"rx_packets",
     c"rx_bytes",
     c"rx_malformed",
@@ -119,6 +124,8 @@ pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 31] = [
     c"doorbells",
     c"cmd_posts",
     c"cmd_polls",
+    c"odp_faults",
+    c"odp_faults_served",
 ];
 
 /// Per-device counters (lock-free; updated from softirq).

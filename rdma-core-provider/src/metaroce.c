@@ -130,6 +130,17 @@ static int metaroce_rereg_mr(struct verbs_mr *vmr, int flags,
 				sizeof(resp));
 }
 
+/*
+ * ibv_advise_mr(): prefetch of on-demand (IBV_ACCESS_ON_DEMAND) regions, done
+ * by the module (MetaRoCE MR-9.2.5); nothing of it happens in the provider.
+ */
+static int metaroce_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice,
+			      uint32_t flags, struct ibv_sge *sg_list,
+			      uint32_t num_sge)
+{
+	return ibv_cmd_advise_mr(pd, advice, flags, sg_list, num_sge);
+}
+
 static int metaroce_dereg_mr(struct verbs_mr *vmr)
 {
 	int ret = ibv_cmd_dereg_mr(vmr);
@@ -257,6 +268,7 @@ static void metaroce_free_context(struct ibv_context *ibctx);
  * domains, ECE, ...).
  */
 static const struct verbs_context_ops metaroce_ctx_ops = {
+	.advise_mr = metaroce_advise_mr,
 	.alloc_mw = metaroce_alloc_mw,
 	.alloc_pd = metaroce_alloc_pd,
 	.attach_mcast = metaroce_attach_mcast,

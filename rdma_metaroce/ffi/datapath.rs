@@ -286,7 +286,7 @@ impl QpTable {
 /// is freed.
 pub(super) unsafe fn qp_start(qp: *mut raw::ib_qp) -> Result<*mut raw::mrc_qp_io> {
     // SAFETY: The work calls `qp_run_cb` with `qp` until `qp_stop` cancels it.
-    let io = unsafe { raw::mrc_qp_io_new(qp.cast(), Some(qp_run_cb)) };
+    let io = unsafe { raw::mrc_qp_io_new(qp.cast(), Some(qp_run_cb), Some(qp_fault_cb)) };
     if io.is_null() {
         return Err(ENOMEM);
     }
@@ -629,6 +629,23 @@ unsafe extern "C" fn qp_run_cb(owner: *mut c_void) {
     unsafe { run_qp(owner.cast(), Origin::Work) };
 }
 
+/// The QP's fault work (process context): brings in the memory a run found not
+/// resident (spec MR-9.2.5), then runs the QP again, which retries what waited.
+unsafe extern "C" fn qp_fault_cb(owner: *mut c_void) {
+    let ib: *mut raw::ib_qp = owner.cast();
+    // SAFETY: The fault work only runs between `qp_start` and `qp_stop` (which
+    // cancels it): the QP, its device and its io context are alive.
+    let (dev, qp, io_ctx) = unsafe { (IbDev::from_raw((*ib).device), qp_of(ib), qp_alloc_io(ib)) };
+    let Some(fault) = qp.engine.lock().take_fault() else { return };
+    // Sleeps (page faults): the engine is not held. The registration the fault
+    // holds is let go here, in process context.
+    if fault.serve().is_ok() {
+        dev.data().counters.add(crate::net::Counter::OdpFaultsServed, 1);
+    }
+    // SAFETY: As above.
+    unsafe { raw::mrc_qp_io_kick(io_ctx) };
+}
+
 /// What made a QP run.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Origin {
@@ -721,6 +738,12 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
             // run (see `mrc_qp_io_disarm`).
             // SAFETY: `io_ctx` is alive (see above).
             let wants = unsafe { raw::mrc_qp_io_wants(io_ctx) };
+            if eng.has_fault() {
+                // Spec: MR-9.2.5 — memory not resident: the fault work brings it
+                // in (queued once however often this is asked).
+                // SAFETY: `io_ctx` is alive (see above).
+                unsafe { raw::mrc_qp_io_fault(io_ctx) };
+            }
             (t, next, eng.precise_timers(), wants)
         };
         io.send_acks();

@@ -20,6 +20,9 @@
 #include <linux/uaccess.h>
 #include <linux/vmalloc.h>
 #include <linux/mm.h>
+#include <linux/highmem.h>
+#include <linux/hmm.h>
+#include <rdma/ib_umem_odp.h>
 #include <rdma/uverbs_ioctl.h>
 #include <rdma/rdma_netlink.h>
 #include <uapi/rdma/rdma_netlink.h>
@@ -128,6 +131,130 @@ struct ib_umem *mrc_umem_get(struct ib_device *ib, u64 addr, size_t len, int acc
 	}
 	*err = 0;
 	return umem;
+}
+
+/* The owner's invalidation hook (one function for every ODP MR of the module). */
+static void (*mrc_odp_invalidate_fn)(void *owner, size_t first, size_t end);
+
+static bool mrc_odp_invalidate(struct mmu_interval_notifier *mni,
+			       const struct mmu_notifier_range *range, unsigned long cur_seq)
+{
+	struct ib_umem_odp *odp = container_of(mni, struct ib_umem_odp, notifier);
+	void (*invalidate)(void *owner, size_t first, size_t end);
+	unsigned long start, end;
+
+	/* The owner's page table is cleared under a lock a copy may hold. */
+	if (!mmu_notifier_range_blockable(range))
+		return false;
+	mutex_lock(&odp->umem_mutex);
+	mmu_interval_set_seq(mni, cur_seq);
+	start = max_t(u64, ib_umem_start(odp), range->start);
+	end = min_t(u64, ib_umem_end(odp), range->end);
+	invalidate = READ_ONCE(mrc_odp_invalidate_fn);
+	if (odp->private && invalidate && start < end)
+		invalidate(odp->private, (start - ib_umem_start(odp)) >> PAGE_SHIFT,
+			   (end - ib_umem_start(odp) + PAGE_SIZE - 1) >> PAGE_SHIFT);
+	ib_umem_odp_unmap_dma_pages(odp, start, end);
+	mutex_unlock(&odp->umem_mutex);
+	return true;
+}
+
+bool mrc_odp_supported(void)
+{
+	return IS_ENABLED(CONFIG_INFINIBAND_ON_DEMAND_PAGING);
+}
+
+static const struct mmu_interval_notifier_ops mrc_odp_ops = {
+	.invalidate = mrc_odp_invalidate,
+};
+
+struct ib_umem_odp *mrc_odp_get(struct ib_device *ib, u64 addr, size_t len, int access,
+				int *err)
+{
+	struct ib_umem_odp *odp;
+
+	if (!IS_ENABLED(CONFIG_INFINIBAND_ON_DEMAND_PAGING)) {
+		*err = -EOPNOTSUPP;
+		return NULL;
+	}
+	odp = ib_umem_odp_get(ib, addr, len, access & ~IB_ACCESS_HUGETLB, &mrc_odp_ops);
+	if (IS_ERR(odp)) {
+		*err = PTR_ERR(odp);
+		return NULL;
+	}
+	*err = 0;
+	return odp;
+}
+
+void mrc_odp_set_owner(struct ib_umem_odp *odp, void *owner,
+		       void (*invalidate)(void *owner, size_t first, size_t end))
+{
+	mutex_lock(&odp->umem_mutex);
+	WRITE_ONCE(mrc_odp_invalidate_fn, invalidate);
+	odp->private = owner;
+	mutex_unlock(&odp->umem_mutex);
+}
+
+size_t mrc_odp_npages(struct ib_umem_odp *odp)
+{
+	return (ib_umem_end(odp) - ib_umem_start(odp)) >> PAGE_SHIFT;
+}
+
+size_t mrc_odp_first_offset(struct ib_umem_odp *odp)
+{
+	return odp->umem.address - ib_umem_start(odp);
+}
+
+bool mrc_odp_writable(struct ib_umem_odp *odp)
+{
+	return odp->umem.writable;
+}
+
+int mrc_odp_map_lock(struct ib_umem_odp *odp, size_t first, size_t n, bool write, bool fault)
+{
+	u64 va = ib_umem_start(odp) + ((u64)first << PAGE_SHIFT);
+	u64 mask = write && odp->umem.writable ? HMM_PFN_WRITE : 0;
+	int np;
+
+	if (!n || first + n > mrc_odp_npages(odp))
+		return -EINVAL;
+	np = ib_umem_odp_map_dma_and_lock(odp, va, (u64)n << PAGE_SHIFT, mask, fault);
+	return np < 0 ? np : 0;
+}
+
+struct page *mrc_odp_page(struct ib_umem_odp *odp, size_t idx, bool *writable)
+{
+	unsigned long pfn;
+
+	lockdep_assert_held(&odp->umem_mutex);
+	if (idx >= mrc_odp_npages(odp))
+		return NULL;
+	pfn = odp->map.pfn_list[idx];
+	if (!(pfn & HMM_PFN_VALID))
+		return NULL;
+	*writable = pfn & HMM_PFN_WRITE;
+	return hmm_pfn_to_page(pfn);
+}
+
+void mrc_odp_unlock(struct ib_umem_odp *odp)
+{
+	mutex_unlock(&odp->umem_mutex);
+}
+
+void mrc_odp_release(struct ib_umem_odp *odp)
+{
+	ib_umem_odp_release(odp);
+}
+
+void mrc_page_copy(struct page *page, size_t off, void *buf, size_t len, bool to_page)
+{
+	u8 *va = kmap_local_page(page);
+
+	if (to_page)
+		memcpy(va + off, buf, len);
+	else
+		memcpy(buf, va + off, len);
+	kunmap_local(va);
 }
 
 int mrc_check_mr_access(struct ib_device *ib, unsigned int flags)
@@ -309,8 +436,11 @@ struct mrc_qp_io {
 	 */
 	struct hrtimer timer;
 	struct sk_buff_head rxq;
+	/* Serves the page faults a run met (on-demand paging): may sleep. */
+	struct work_struct fault_work;
 	void *owner;
 	void (*run)(void *owner);
+	void (*fault)(void *owner);
 	/* The CPU the QP's datagrams last arrived on (-1: none yet). */
 	int home;
 	/* Set by mrc_qp_io_free: nothing arms, kicks or runs any more. */
@@ -346,6 +476,22 @@ static void mrc_qp_io_fn(struct work_struct *w)
 		io->run(io->owner);
 }
 
+static void mrc_qp_io_fault_fn(struct work_struct *w)
+{
+	struct mrc_qp_io *io = container_of(w, struct mrc_qp_io, fault_work);
+
+	if (!READ_ONCE(io->dying))
+		io->fault(io->owner);
+}
+
+void mrc_qp_io_fault(struct mrc_qp_io *io)
+{
+	/* Unbound: a fault may sleep for long and must not hold up the runs
+	 * queued on the QP's CPU. */
+	if (!READ_ONCE(io->dying))
+		queue_work(system_dfl_wq, &io->fault_work);
+}
+
 static enum hrtimer_restart mrc_qp_io_timer_fn(struct hrtimer *t)
 {
 	struct mrc_qp_io *io = container_of(t, struct mrc_qp_io, timer);
@@ -355,13 +501,16 @@ static enum hrtimer_restart mrc_qp_io_timer_fn(struct hrtimer *t)
 	return HRTIMER_NORESTART;
 }
 
-struct mrc_qp_io *mrc_qp_io_new(void *owner, void (*run)(void *owner))
+struct mrc_qp_io *mrc_qp_io_new(void *owner, void (*run)(void *owner),
+				void (*fault)(void *owner))
 {
 	struct mrc_qp_io *io = kzalloc(sizeof(*io), GFP_KERNEL);
 
 	if (!io)
 		return NULL;
 	INIT_DELAYED_WORK(&io->work, mrc_qp_io_fn);
+	INIT_WORK(&io->fault_work, mrc_qp_io_fault_fn);
+	io->fault = fault;
 	hrtimer_setup(&io->timer, mrc_qp_io_timer_fn, CLOCK_MONOTONIC, HRTIMER_MODE_REL_PINNED_SOFT);
 	skb_queue_head_init(&io->rxq);
 	io->owner = owner;
@@ -459,6 +608,8 @@ void mrc_qp_io_free(struct mrc_qp_io *io)
 	 */
 	WRITE_ONCE(io->dying, true);
 	smp_mb();
+	/* The fault work kicks the run: it goes first. */
+	cancel_work_sync(&io->fault_work);
 	hrtimer_cancel(&io->timer);
 	cancel_delayed_work_sync(&io->work);
 	hrtimer_cancel(&io->timer);

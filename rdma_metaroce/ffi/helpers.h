@@ -113,7 +113,8 @@ void mrc_wq_fini(void);
  * hrtimer that calls it in softirq), and a queue of received datagrams (whose
  * spinlock is IRQ-safe, so the softirq receive path may push to it). */
 struct mrc_qp_io;
-struct mrc_qp_io *mrc_qp_io_new(void *owner, void (*run)(void *owner));
+struct mrc_qp_io *mrc_qp_io_new(void *owner, void (*run)(void *owner),
+				void (*fault)(void *owner));
 /* Runs the work as soon as possible (pulls a pending timer forward). */
 void mrc_qp_io_kick(struct mrc_qp_io *io);
 /* Runs the QP after `usecs`: when `precise` and under a jiffy from the hrtimer
@@ -133,11 +134,52 @@ struct sk_buff *mrc_qp_io_rx_pop(struct mrc_qp_io *io);
 /* Cancels the work and the timer (waiting for running ones), drops queued skbs,
  * frees. Process context; nobody may push or kick afterwards. */
 void mrc_qp_io_free(struct mrc_qp_io *io);
+/* Has `fault(owner)` run in process context (the QP's page-fault work, for
+ * memory its run found not resident); nothing once the io is dying. */
+void mrc_qp_io_fault(struct mrc_qp_io *io);
 
 /* ktime_get_ns() */
 u64 mrc_now_ns(void);
 /* synchronize_rcu() */
 void mrc_synchronize_rcu(void);
+
+/*
+ * On-demand paging (ODP): a user MR whose pages are not pinned. ib_core keeps
+ * the range under an mmu interval notifier; these wrap its calls, all in
+ * PAGE_SIZE pages numbered from the first page of the range.
+ */
+struct ib_umem_odp;
+struct page;
+/* The kernel has on-demand paging (CONFIG_INFINIBAND_ON_DEMAND_PAGING). */
+bool mrc_odp_supported(void);
+/* ib_umem_odp_get() (IB_ACCESS_HUGETLB dropped: pages are always PAGE_SIZE
+ * here); NULL with *err set on failure. Invalidations call `invalidate` (set
+ * by mrc_odp_set_owner) for the owner. */
+struct ib_umem_odp *mrc_odp_get(struct ib_device *ib, u64 addr, size_t len, int access,
+				int *err);
+/* Names the owner passed to `invalidate(owner, first, end)`, which an
+ * invalidation of pages [first, end) calls with umem_mutex held before the
+ * pages are released; NULL owner: none. Process context. */
+void mrc_odp_set_owner(struct ib_umem_odp *odp, void *owner,
+		       void (*invalidate)(void *owner, size_t first, size_t end));
+/* Pages in the range, the registration's first byte's offset into the first,
+ * and whether the registration may be written. */
+size_t mrc_odp_npages(struct ib_umem_odp *odp);
+size_t mrc_odp_first_offset(struct ib_umem_odp *odp);
+bool mrc_odp_writable(struct ib_umem_odp *odp);
+/* ib_umem_odp_map_dma_and_lock() over pages [first, first + n): makes them
+ * present (writable if `write`) when `fault`, or records what is present now;
+ * on success (0) umem_mutex is held until mrc_odp_unlock(). Sleeps. */
+int mrc_odp_map_lock(struct ib_umem_odp *odp, size_t first, size_t n, bool write, bool fault);
+/* With umem_mutex held: the page behind page `idx` (NULL if absent) and
+ * whether it may be written. */
+struct page *mrc_odp_page(struct ib_umem_odp *odp, size_t idx, bool *writable);
+void mrc_odp_unlock(struct ib_umem_odp *odp);
+/* ib_umem_odp_release(): no invalidation runs after it returns. Sleeps. */
+void mrc_odp_release(struct ib_umem_odp *odp);
+/* Copies `len` bytes between `buf` and `page` at `off` (to the page if
+ * `to_page`), through a local mapping. Never sleeps. */
+void mrc_page_copy(struct page *page, size_t off, void *buf, size_t len, bool to_page);
 
 /* Copies between a pinned user MR and a kernel buffer: `offset` bytes from the
  * first byte of the registration. Returns the number of bytes copied. */

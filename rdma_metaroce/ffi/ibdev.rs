@@ -485,6 +485,25 @@ unsafe extern "C" fn query_device_cb(
     // FLUSH for global visibility (spec MR-4.4.7); not for persistence: no region
     // is persistent memory, so ib_core refuses IB_ACCESS_FLUSH_PERSISTENT.
     a.device_cap_flags |= u64::from(raw::ib_device_cap_flags_IB_DEVICE_FLUSH_GLOBAL);
+    // On-demand paging (spec MR-9.2.5), where the kernel has it: explicit regions
+    // (not the implicit, whole-address-space kind), for every operation.
+    // SAFETY: No preconditions.
+    if unsafe { raw::mrc_odp_supported() } {
+        a.kernel_cap_flags |= u64::from(raw::ib_kernel_cap_flags_IBK_ON_DEMAND_PAGING);
+        a.odp_caps.general_caps = u64::from(raw::ib_odp_general_cap_bits_IB_ODP_SUPPORT);
+        let common = raw::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_SEND
+            | raw::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_RECV
+            | raw::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_SRQ_RECV;
+        let t = &mut a.odp_caps.per_transport_caps;
+        t.rc_odp_caps = common
+            | raw::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_WRITE
+            | raw::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_READ
+            | raw::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_ATOMIC
+            | raw::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_FLUSH
+            | raw::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_ATOMIC_WRITE;
+        t.uc_odp_caps = common | raw::ib_odp_transport_cap_bits_IB_ODP_SUPPORT_WRITE;
+        t.ud_odp_caps = common;
+    }
     0
 }
 

@@ -31,6 +31,7 @@ mod ibdev;
 mod link;
 mod net;
 mod netdev;
+mod odp;
 mod uring;
 mod verbs;
 
@@ -39,6 +40,7 @@ pub(crate) use ibdev::{
     PortInfo, PortState,
 };
 pub(crate) use datapath::{KernelVa, QpTable, TxFrags, Umem};
+pub(crate) use odp::OdpMem;
 pub(crate) use uring::{UserCq, UserQueues};
 pub(crate) use bhlock::{new_spinlock_bh, SpinLockBh};
 pub(crate) use rwlock::{new_rwlock_bh, RwLockBh};

@@ -11,7 +11,8 @@ use crate::srq::{Srq, SrqAttrs};
 use super::IbDev;
 use super::datapath::{qp_start, qp_stop, KernelVa, Umem};
 use crate::engine::Engine;
-use crate::mr::{Backing, MrEntry, PageList, PdId, Window, MAX_FRMR_PAGES};
+use crate::mr::{Accessor, Backing, MrEntry, PageList, PdId, QpId, Window, ACCESS_ON_DEMAND, MAX_FRMR_PAGES};
+use super::OdpMem;
 use core::ffi::c_int;
 use core::ptr::NonNull;
 use kernel::prelude::*;
@@ -119,6 +120,7 @@ pub(super) const fn install(mut ops: raw::ib_device_ops) -> raw::ib_device_ops {
     ops.alloc_mr = Some(alloc_mr_cb);
     ops.map_mr_sg = Some(map_mr_sg_cb);
     ops.dereg_mr = Some(dereg_mr_cb);
+    ops.advise_mr = Some(advise_mr_cb);
     ops.size_ib_mw = core::mem::size_of::<raw::ib_mw>();
     ops.alloc_mw = Some(alloc_mw_cb);
     ops.dealloc_mw = Some(dealloc_mw_cb);
@@ -242,6 +244,11 @@ fn new_mr(dev: &IbDev, pd: *mut raw::ib_pd, access: u32, umem: *mut raw::ib_umem
         Some(p) => Backing::User(unsafe { Umem::from_raw(p) }),
         None => Backing::Kernel(KernelVa::for_dma_mr()),
     };
+    region_mr(dev, pd, access, mem, iova, length)
+}
+
+/// [`new_mr`] for memory already wrapped.
+fn region_mr(dev: &IbDev, pd: *mut raw::ib_pd, access: u32, mem: Backing, iova: u64, length: u64) -> *mut raw::ib_mr {
     let entry = MrEntry { key: 0, pd: PdId(pd as usize), access, iova, length, mem, valid: true, windows: 0 };
     publish_mr(dev, entry, KVec::new())
 }
@@ -359,6 +366,16 @@ unsafe extern "C" fn reg_user_mr_cb(
         return ret as isize as *mut raw::ib_mr;
     }
     let Ok(len) = usize::try_from(length) else { return err_ptr(EINVAL) };
+    if access as u32 & ACCESS_ON_DEMAND != 0 {
+        // Spec: MR-9.2.5 — nothing pinned; pages come in as accesses need them.
+        // (Implicit ODP, the whole address space, is not offered: ib_core then
+        // passes a range the address space does not have, which fails here.)
+        // SAFETY: A live device of this driver; the caller's process context.
+        return match unsafe { OdpMem::new(dev.as_raw(), start, len, access) } {
+            Ok(mem) => region_mr(dev, pd, access as u32, Backing::Odp(mem), virt_addr, length),
+            Err(e) => err_ptr(e),
+        };
+    }
     let mut err: c_int = 0;
     // SAFETY: Pins the caller's pages (this runs in the caller's process context).
     let umem = unsafe { raw::mrc_umem_get(dev.as_raw(), start, len, access, &mut err) };
@@ -390,6 +407,53 @@ unsafe extern "C" fn dereg_mr_cb(mr: *mut raw::ib_mr, _udata: *mut raw::ib_udata
     // SAFETY: `mr` was returned by `new_mr` (KBox::into_raw) and ib_core deregisters it
     // once, successfully now; we take ownership back.
     drop(unsafe { KBox::from_raw(mr.cast::<MrAlloc>()) });
+    0
+}
+
+/// `advise_mr` (`ibv_advise_mr`): brings the pages of on-demand regions in ahead of
+/// use (spec MR-9.2.5), writable for `PREFETCH_WRITE`, or enters only those the
+/// process has (`PREFETCH_NO_FAULT`). Each SGE names a region of the PD by L_Key.
+/// Pinned regions are resident already: nothing to do. Asynchronous advice (no
+/// `IB_UVERBS_ADVISE_MR_FLAG_FLUSH`) is carried out at once as well, its failures
+/// ignored (verbs: best effort).
+unsafe extern "C" fn advise_mr_cb(
+    pd: *mut raw::ib_pd,
+    advice: raw::ib_uverbs_advise_mr_advice,
+    flags: u32,
+    sg_list: *mut raw::ib_sge,
+    num_sge: u32,
+    _attrs: *mut raw::uverbs_attr_bundle,
+) -> c_int {
+    let (write, fault) = match advice {
+        raw::ib_uverbs_advise_mr_advice_IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH => (false, true),
+        raw::ib_uverbs_advise_mr_advice_IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE => (true, true),
+        raw::ib_uverbs_advise_mr_advice_IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT => (false, false),
+        _ => return super::eopnotsupp().to_errno(),
+    };
+    let sync = flags & raw::ib_uverbs_advise_mr_flag_IB_UVERBS_ADVISE_MR_FLAG_FLUSH != 0;
+    if sg_list.is_null() && num_sge > 0 {
+        return EINVAL.to_errno();
+    }
+    // SAFETY: ib_core passes a live PD of this driver and `num_sge` SGEs it copied
+    // from the process (or none).
+    let (dev, sges) = unsafe {
+        let n = if num_sge == 0 { 0 } else { num_sge as usize };
+        (IbDev::from_raw((*pd).device), if n == 0 { &[][..] } else { core::slice::from_raw_parts(sg_list, n) })
+    };
+    let data = dev.data();
+    // A local access by the PD: no QP, so no type 2 window (never local anyway).
+    let by = Accessor { pd: PdId(pd as usize), qp: QpId::NONE };
+    for sge in sges {
+        let len = u64::from(sge.length);
+        let r = match data.mrs.on_demand(&data.mr_keys, sge.lkey, by, sge.addr, len, write) {
+            Ok(Some((mem, offset))) => mem.fault_in(offset, len, write, fault),
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        };
+        if let (Err(e), true) = (r, sync) {
+            return e.to_errno();
+        }
+    }
     0
 }
 

@@ -14,3 +14,8 @@ for _cls in vars(_E).values():
     if isinstance(_cls, type) and issubclass(_cls, enum.Enum):
         for _m in _cls:
             setattr(e, _m.name, int(_m.value))
+# A few constants are plain module integers rather than enum members
+# (_IBV_ADVISE_MR_ADVICE_*, _IBV_ADVISE_MR_FLAG_FLUSH).
+for _name, _v in vars(_E).items():
+    if _name.lstrip('_').startswith('IBV_') and isinstance(_v, int) and not hasattr(e, _name):
+        setattr(e, _name, _v)

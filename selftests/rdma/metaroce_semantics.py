@@ -10,6 +10,7 @@ import time
 import pyverbs.device as d
 from pyverbs.addr import AHAttr, GlobalRoute
 from pyverbs.cq import CQ
+from pyverbs.mem_alloc import MAP_ANONYMOUS_, MAP_PRIVATE_, madvise, mmap, munmap
 from pyverbs.mr import MR, MW, MWBindInfo
 from pyverbs.pd import PD
 from pyverbs.pyverbs_error import PyverbsRDMAError
@@ -438,6 +439,105 @@ tap([(w.wr_id, w.status) for w in sc] == [(54, e.IBV_WC_SUCCESS), (55, e.IBV_WC_
     and b.ro.read(8, 0) != b'no right' and b.mr.read(8, 2048) == b'and on!!'
     and counter('mrc1', 'uc_dropped') == before + 1,
     'a UC WRITE to a region without remote write is dropped (uc_dropped), the next one lands', sc)
+
+# On-demand paging (MR-9.2.5): regions over anonymous memory registered with
+# IBV_ACCESS_ON_DEMAND, their pages dropped (MADV_DONTNEED) before each use, so
+# both devices meet absent pages, as requester and as responder, and bring them in.
+PAGE = 4096
+ODP = ALL | e.IBV_ACCESS_ON_DEMAND
+a, b = End('mrc0', GA), End('mrc1', GB)
+a.connect(b)
+b.connect(a)
+tap(all(x.ctx.query_device_ex().odp_caps.general_caps & e.IBV_ODP_SUPPORT for x in (a, b)),
+    'the devices announce on-demand paging')
+abuf = mmap(length=4 * PAGE, flags=MAP_ANONYMOUS_ | MAP_PRIVATE_)
+bbuf = mmap(length=6 * PAGE, flags=MAP_ANONYMOUS_ | MAP_PRIVATE_)
+amr = MR(a.pd, 4 * PAGE, ODP, address=abuf)
+bmr = MR(b.pd, 6 * PAGE, ODP, address=bbuf)
+faults0 = {d: (counter(d, 'odp_faults'), counter(d, 'odp_faults_served')) for d in ('mrc0', 'mrc1')}
+
+
+def odp_op(wr_id, opcode, off, length, remote_off, mr=None):
+    w = SendWR(wr_id=wr_id, opcode=opcode, num_sge=1, sg=[SGE(abuf + off, length, amr.lkey)],
+               send_flags=e.IBV_SEND_SIGNALED)
+    w.set_wr_rdma(bmr.rkey, bbuf + remote_off)
+    a.qp.post_send(w)
+    return a.poll()
+
+
+data = bytes(i % 251 for i in range(3 * PAGE))
+amr.write(data, len(data), 0)
+madvise(bbuf, 6 * PAGE)
+sc = odp_op(60, e.IBV_WR_RDMA_WRITE, 0, len(data), 100)
+tap(len(sc) == 1 and sc[0].status == e.IBV_WC_SUCCESS and bmr.read(len(data), 100) == data,
+    'RDMA WRITE of 3 pages from and into on-demand regions whose pages are absent', sc)
+madvise(abuf, 4 * PAGE)
+sc = odp_op(61, e.IBV_WR_RDMA_READ, 0, len(data), 100)
+tap(len(sc) == 1 and sc[0].status == e.IBV_WC_SUCCESS and amr.read(len(data), 0) == data,
+    'RDMA READ of 3 pages into dropped pages', sc)
+madvise(bbuf + 4 * PAGE, PAGE)
+b.qp.post_recv(RecvWR(wr_id=62, num_sge=1, sg=[SGE(bbuf + 4 * PAGE, 256, bmr.lkey)]))
+madvise(abuf, PAGE)
+amr.write(b'odp send' * 32, 256, 0)
+a.qp.post_send(SendWR(wr_id=63, opcode=e.IBV_WR_SEND, num_sge=1, sg=[SGE(abuf, 256, amr.lkey)],
+                      send_flags=e.IBV_SEND_SIGNALED))
+sc, rc = a.poll(), b.poll()
+tap(len(rc) == 1 and rc[0].status == e.IBV_WC_SUCCESS and bmr.read(256, 4 * PAGE) == b'odp send' * 32,
+    'a SEND into a receive buffer dropped after it was posted', sc + rc)
+madvise(bbuf + 4 * PAGE, PAGE)
+madvise(abuf, PAGE)
+f = SendWR(wr_id=64, opcode=e.IBV_WR_ATOMIC_FETCH_AND_ADD, num_sge=1, sg=[SGE(abuf + 8, 8, amr.lkey)],
+           send_flags=e.IBV_SEND_SIGNALED)
+f.set_wr_atomic(bmr.rkey, bbuf + 4 * PAGE + 8, 5)
+a.qp.post_send(f)
+sc = a.poll()
+tap(len(sc) == 1 and sc[0].status == e.IBV_WC_SUCCESS and int.from_bytes(amr.read(8, 8), 'little') == 0
+    and int.from_bytes(bmr.read(8, 4 * PAGE + 8), 'little') == 5,
+    'FETCH_AND_ADD on a dropped page runs once, its result into a dropped page', sc)
+# A page read but never written is the kernel's shared zero page, read-only: a
+# read-only prefetch enters it so; a remote WRITE must then get a page of its own
+# (copy on write), or every zero page of the system would change. Two such pages:
+# WRITE into the first, then READ the second through the device.
+zbuf = mmap(length=2 * PAGE, flags=MAP_ANONYMOUS_ | MAP_PRIVATE_)
+zmr = MR(b.pd, 2 * PAGE, ODP, address=zbuf)
+b.pd.advise_mr(e._IBV_ADVISE_MR_ADVICE_PREFETCH, e._IBV_ADVISE_MR_FLAG_FLUSH,
+               [SGE(zbuf, 2 * PAGE, zmr.lkey)])
+amr.write(b'Z' * 64, 64, 0)
+w = SendWR(wr_id=65, opcode=e.IBV_WR_RDMA_WRITE, num_sge=1, sg=[SGE(abuf, 64, amr.lkey)],
+           send_flags=e.IBV_SEND_SIGNALED)
+w.set_wr_rdma(zmr.rkey, zbuf)
+a.qp.post_send(w)
+sc = a.poll()
+amr.write(b'?' * 64, 64, 64)
+r = SendWR(wr_id=66, opcode=e.IBV_WR_RDMA_READ, num_sge=1, sg=[SGE(abuf + 64, 64, amr.lkey)],
+           send_flags=e.IBV_SEND_SIGNALED)
+r.set_wr_rdma(zmr.rkey, zbuf + PAGE)
+a.qp.post_send(r)
+sc += a.poll()
+tap(len(sc) == 2 and all(w.status == e.IBV_WC_SUCCESS for w in sc)
+    and zmr.read(64, 0) == b'Z' * 64 and amr.read(64, 64) == b'\0' * 64,
+    'a WRITE into a page prefetched read-only (the zero page) lands in a page of its own', sc)
+for adv in ('_IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE', '_IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT'):
+    try:
+        b.pd.advise_mr(getattr(e, adv), e._IBV_ADVISE_MR_FLAG_FLUSH, [SGE(bbuf, 6 * PAGE, bmr.lkey)])
+        ok = True
+    except PyverbsRDMAError as x:
+        ok = x
+    tap(ok is True, 'ibv_advise_mr %s over a whole region' % adv[len('_IBV_ADVISE_MR_ADVICE_'):], ok)
+try:
+    b.pd.advise_mr(e._IBV_ADVISE_MR_ADVICE_PREFETCH, e._IBV_ADVISE_MR_FLAG_FLUSH,
+                   [SGE(bbuf, 6 * PAGE + 1, bmr.lkey)])
+    tap(False, 'ibv_advise_mr beyond the region: EINVAL')
+except PyverbsRDMAError as x:
+    tap(x.error_code == errno.EINVAL, 'ibv_advise_mr beyond the region: EINVAL', x)
+after = {d: (counter(d, 'odp_faults'), counter(d, 'odp_faults_served')) for d in ('mrc0', 'mrc1')}
+tap(all(after[d][0] > faults0[d][0] and after[d][1] > faults0[d][1] for d in after),
+    'both devices met absent pages and served faults (odp_faults, odp_faults_served)', (faults0, after))
+# Memory its owner no longer maps cannot be brought in: an access error.
+munmap(bbuf + 3 * PAGE, PAGE)
+sc = odp_op(67, e.IBV_WR_RDMA_WRITE, 0, 64, 3 * PAGE)
+tap(len(sc) == 1 and sc[0].status == e.IBV_WC_REM_ACCESS_ERR,
+    'a WRITE into an unmapped part of an on-demand region: REM_ACCESS_ERR', sc)
 
 print('1..%d' % N)
 sys.exit(1 if FAILED else 0)

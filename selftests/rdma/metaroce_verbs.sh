@@ -26,6 +26,7 @@ check "ibv_devinfo -v: active MTU 1024 on a 1500-byte netdev, max 4096" bash -c 
 check "ibv_devinfo -v: a RoCE v2 GID for 198.18.0.1" bash -c "grep -E 'GID\[ *[0-9]+\]:.*::ffff:198.18.0.1, RoCE v2' /tmp/devinfo"
 check "ibv_devinfo -v: device limits (max_qp, max_cqe, atomic_cap)" bash -c "grep -q 'max_qp:.*16382' /tmp/devinfo && grep -q 'max_cqe:.*65535' /tmp/devinfo && grep -q 'atomic_cap:.*ATOMIC_HCA' /tmp/devinfo"
 check "ibv_devinfo -v: memory windows (max_mw, MEM_WINDOW, MEM_WINDOW_TYPE_2B)" bash -c "grep -q 'max_mw:.*65535' /tmp/devinfo && grep -qw 'MEM_WINDOW' /tmp/devinfo && grep -q 'MEM_WINDOW_TYPE_2B' /tmp/devinfo"
+check "ibv_devinfo -v: on-demand paging (ODP_SUPPORT; RC send, receive, write, read, atomics)" bash -c "grep -qw 'ODP_SUPPORT' /tmp/devinfo && awk '/rc_odp_caps:/ {f = 1; next} /:/ {f = 0} f' /tmp/devinfo | tr -s ' \t\n' ' ' | grep -q 'SUPPORT_SEND SUPPORT_RECV SUPPORT_WRITE SUPPORT_READ SUPPORT_ATOMIC'"
 
 py() { PYTHONPATH=$HERE/../lib python3 - "$@"; }
 check "pyverbs: open context, alloc PD, create and destroy CQs of several sizes" py <<'PY'
