@@ -97,6 +97,19 @@ fn exactly_once_across_configurations() {
     }
 }
 
+/// Spec: MR-9.2.5 — with 5% of all memory accesses at both ends finding their
+/// memory not resident, on top of loss, duplication and reordering, every
+/// message still completes exactly once, in order, with its data intact and
+/// every atomic executed once; faults cost only retransmissions.
+#[test]
+fn exactly_once_with_memory_faults() {
+    for (seed, loss) in [(300u64, 0u64), (301, 10_000), (302, 50_000)] {
+        let r = mixed_faulting(loss, 5_000, 20_000, 400, seed, |_| {}, 50_000);
+        assert!(r.all_ok(), "seed {seed} loss {loss}: {:#?}", r);
+        assert!(r.mem_faults > 40, "seed {seed}: only {} faults", r.mem_faults);
+    }
+}
+
 /// Sequence numbers wrap: both directions start 40 TSNs below 2^32.
 #[test]
 fn tsn_wraparound() {

@@ -53,6 +53,11 @@ pub struct VecMemory {
     pub faults: u32,
     /// Accesses refused with [`MemError::Fault`] so far.
     pub faulted: u32,
+    /// Besides: each access faults with this probability (per million),
+    /// drawn from `fault_seed` (a generator of its own, so the rest of a
+    /// seeded run stays the same).
+    pub fault_ppm: u64,
+    pub fault_seed: u64,
 }
 
 impl VecMemory {
@@ -73,6 +78,16 @@ impl VecMemory {
     }
     /// [`MemError::Fault`] while [`Self::faults`] lasts.
     fn resident(&mut self) -> Result<(), MemError> {
+        if self.fault_ppm > 0 {
+            self.fault_seed = self
+                .fault_seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            if (self.fault_seed >> 33) % 1_000_000 < self.fault_ppm {
+                self.faulted += 1;
+                return Err(MemError::Fault);
+            }
+        }
         if self.faults == 0 {
             return Ok(());
         }

@@ -424,6 +424,8 @@ impl Net {
             if ep.conn.poll_timeout().map(|d| d <= now).unwrap_or(false) {
                 ep.conn.handle_timeout(now);
             }
+            // A driver resumes delivery once a fault is served (MR-9.2.5).
+            ep.conn.resume_delivery(now, &mut ep.mem);
         }
         self.pump();
         // Spec: MR-8.1.1 — per-path inflight matches the in-flight packets.

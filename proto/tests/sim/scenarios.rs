@@ -157,6 +157,8 @@ pub struct MixedResult {
     pub atomics_exactly_once: bool,
     pub ns: u64,
     pub retx: u64,
+    /// Memory accesses refused as not resident, both ends.
+    pub mem_faults: u64,
     pub errors: Vec<String>,
 }
 
@@ -192,6 +194,21 @@ pub fn mixed_cfg(
     seed: u64,
     tweak: impl Fn(&mut Config),
 ) -> MixedResult {
+    mixed_faulting(loss_ppm, dup_ppm, reorder_ppm, nops, seed, tweak, 0)
+}
+
+/// [`mixed_cfg`] where every memory access of either end finds its memory
+/// not resident with probability `fault_ppm` per million (on-demand paging,
+/// MR-9.2.5); the simulated driver resumes delivery at every step.
+pub fn mixed_faulting(
+    loss_ppm: u64,
+    dup_ppm: u64,
+    reorder_ppm: u64,
+    nops: u64,
+    seed: u64,
+    tweak: impl Fn(&mut Config),
+    fault_ppm: u64,
+) -> MixedResult {
     const AREA: u64 = 32 << 10;
     let mut n = net(2, seed);
     n.impair_fabric(|l| {
@@ -201,6 +218,11 @@ pub fn mixed_cfg(
         l.reorder_ns = 3_000;
     });
     let (a, b) = n.connect(0, 1, 0x31, 0x42, tweak);
+    for (i, ep) in [a, b].into_iter().enumerate() {
+        let m = &mut n.eps[ep].mem.m;
+        m.fault_ppm = fault_ppm;
+        m.fault_seed = seed ^ (0x0dd5 << i);
+    }
     {
         let m = &mut n.eps[b].mem.m;
         m.add_region(0x77, 0x100_0000, (64 * AREA) as usize);
@@ -467,6 +489,7 @@ pub fn mixed_cfg(
     }
     res.tail_violations = n.eps[b].mem.tail_violations;
     res.tail_checks = n.eps[b].mem.tail_checks;
+    res.mem_faults = u64::from(n.eps[a].mem.m.faulted) + u64::from(n.eps[b].mem.m.faulted);
     res.ns = n.now;
     res.retx = n.eps[a].conn.stats().tx_retx;
     res
