@@ -46,6 +46,8 @@ pub(crate) const ACCESS_FLUSH_GLOBAL: u32 = 256;
 pub(crate) const ACCESS_FLUSH_PERSISTENT: u32 = 512;
 /// `IB_ACCESS_ON_DEMAND`: pages are brought in as accesses need them.
 pub(crate) const ACCESS_ON_DEMAND: u32 = 64;
+/// The rights that make a registration writable (ib_core's `ib_access_writable`).
+const WRITABLE: u32 = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_ATOMIC | ACCESS_MW_BIND;
 
 /// Identity of a protection domain (the address of its `ib_pd`; compared, never
 /// dereferenced).
@@ -205,14 +207,24 @@ impl PageList {
 pub(crate) struct FaultAt {
     mem: Arc<OdpMem>,
     offset: u64,
+    /// What the access needs, and what is brought in if possible.
     len: u64,
+    ahead: u64,
     write: bool,
 }
 
+/// Bytes a fault brings in at least (from the faulting byte on, within the
+/// region): a message into cold memory then costs one fault, not one per packet.
+const FAULT_AHEAD: u64 = 128 << 10;
+
 impl FaultAt {
-    /// Brings the memory in (process context; sleeps). An error leaves the range
-    /// marked failed, so the access that is tried again fails instead of faulting.
+    /// Brings the memory in (process context; sleeps). A lasting failure
+    /// ([`OdpMem::lasting`]) leaves the range marked failed, so the access that
+    /// is tried again fails instead of faulting.
     pub(crate) fn serve(self) -> Result {
+        if self.ahead > self.len && self.mem.fault_ahead(self.offset, self.ahead, self.write).is_ok() {
+            return Ok(());
+        }
         self.mem.fault_in(self.offset, self.len, self.write, true)
     }
 }
@@ -575,20 +587,26 @@ impl MrTable {
         let (r, off) = Self::resolve(slots, keys, key, by, need.right(), need.is_local(), Some((va, len as u64)))?;
         let res = f(&r.mem, r.iova, off);
         if let (Err(MemError::Fault), Backing::Odp(mem), None) = (res, &r.mem, &fault) {
+            // The rest of a message usually follows: fault ahead within the region.
+            let (len, write) = (len as u64, need.writes());
+            let ahead = len.max(FAULT_AHEAD.min(r.length.saturating_sub(off)));
             // An Arc clone (no allocation): the packet path may do it.
-            *fault = Some(FaultAt { mem: mem.clone(), offset: off, len: len as u64, write: need.writes() });
+            *fault = Some(FaultAt { mem: mem.clone(), offset: off, len, ahead, write });
         }
         res
     }
 
     /// The on-demand memory of the region `key` names for a local access by `by`
     /// (`ibv_advise_mr`), with the offset of `va`; `None` for another kind of
-    /// region, an error if the key fails the checks of a local access of `len`
-    /// bytes (with local write if `write`).
+    /// region. `EINVAL` if the key fails the checks of a local access of `len`
+    /// bytes, `EPERM` if `write` and the region may not be written.
     pub(crate) fn on_demand(&self, keys: &IdTable, key: u32, by: Accessor, va: u64, len: u64, write: bool) -> Result<Option<(Arc<OdpMem>, u64)>> {
         let s = self.slots.read();
-        let need = if write { Need::LocalWrite } else { Need::LocalRead };
-        let (r, off) = Self::resolve(&s, keys, key, by, need.right(), true, Some((va, len))).map_err(|_| EINVAL)?;
+        let (r, off) = Self::resolve(&s, keys, key, by, Need::LocalRead.right(), true, Some((va, len))).map_err(|_| EINVAL)?;
+        // A prefetch for writing needs a region that may be written (EPERM, as rxe).
+        if write && r.access & WRITABLE == 0 {
+            return Err(EPERM);
+        }
         Ok(match &r.mem {
             Backing::Odp(m) => Some((m.clone(), off)),
             _ => None,

@@ -639,12 +639,24 @@ unsafe extern "C" fn qp_fault_cb(owner: *mut c_void) {
     let Some(fault) = qp.engine.lock().take_fault() else { return };
     // Sleeps (page faults): the engine is not held. The registration the fault
     // holds is let go here, in process context.
-    if fault.serve().is_ok() {
-        dev.data().counters.add(crate::net::Counter::OdpFaultsServed, 1);
+    match fault.serve() {
+        Ok(()) => dev.data().counters.add(crate::net::Counter::OdpFaultsServed, 1),
+        // Out of memory, a range busy for long: run the QP again a little later
+        // (it faults again then), not at once, which would spin against this.
+        Err(e) if !crate::ffi::OdpMem::lasting(e) => {
+            // SAFETY: As above.
+            unsafe { raw::mrc_qp_io_arm(io_ctx, FAULT_RETRY_US, false) };
+            return;
+        }
+        // A lasting failure: the range is marked failed, the access now fails.
+        Err(_) => {}
     }
     // SAFETY: As above.
     unsafe { raw::mrc_qp_io_kick(io_ctx) };
 }
+
+/// Microseconds before a QP whose fault could not be served for now runs again.
+const FAULT_RETRY_US: u64 = 1000;
 
 /// What made a QP run.
 #[derive(Clone, Copy, PartialEq, Eq)]

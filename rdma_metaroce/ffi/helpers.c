@@ -136,6 +136,26 @@ struct ib_umem *mrc_umem_get(struct ib_device *ib, u64 addr, size_t len, int acc
 /* The owner's invalidation hook (one function for every ODP MR of the module). */
 static void (*mrc_odp_invalidate_fn)(void *owner, size_t first, size_t end);
 
+/*
+ * The device writes through kernel mappings, not DMA, so ib_core (which dirties
+ * only DMA-mapped pages when it unmaps) never learns of it: every page the
+ * record holds writable in [start, end) is marked dirty before it goes, or
+ * reclaim could drop a clean-looking page holding data the peer wrote.
+ * umem_mutex held.
+ */
+static void mrc_odp_dirty(struct ib_umem_odp *odp, u64 start, u64 end)
+{
+	u64 addr;
+
+	lockdep_assert_held(&odp->umem_mutex);
+	for (addr = start; addr < end; addr += PAGE_SIZE) {
+		unsigned long pfn = odp->map.pfn_list[(addr - ib_umem_start(odp)) >> PAGE_SHIFT];
+
+		if ((pfn & HMM_PFN_VALID) && (pfn & HMM_PFN_WRITE))
+			set_page_dirty(compound_head(hmm_pfn_to_page(pfn)));
+	}
+}
+
 static bool mrc_odp_invalidate(struct mmu_interval_notifier *mni,
 			       const struct mmu_notifier_range *range, unsigned long cur_seq)
 {
@@ -154,6 +174,8 @@ static bool mrc_odp_invalidate(struct mmu_interval_notifier *mni,
 	if (odp->private && invalidate && start < end)
 		invalidate(odp->private, (start - ib_umem_start(odp)) >> PAGE_SHIFT,
 			   (end - ib_umem_start(odp) + PAGE_SIZE - 1) >> PAGE_SHIFT);
+	if (start < end)
+		mrc_odp_dirty(odp, start, end);
 	ib_umem_odp_unmap_dma_pages(odp, start, end);
 	mutex_unlock(&odp->umem_mutex);
 	return true;
@@ -243,6 +265,9 @@ void mrc_odp_unlock(struct ib_umem_odp *odp)
 
 void mrc_odp_release(struct ib_umem_odp *odp)
 {
+	mutex_lock(&odp->umem_mutex);
+	mrc_odp_dirty(odp, ib_umem_start(odp), ib_umem_end(odp));
+	mutex_unlock(&odp->umem_mutex);
 	ib_umem_odp_release(odp);
 }
 
@@ -614,6 +639,8 @@ void mrc_qp_io_free(struct mrc_qp_io *io)
 	cancel_delayed_work_sync(&io->work);
 	hrtimer_cancel(&io->timer);
 	cancel_delayed_work_sync(&io->work);
+	/* A run that was still going may have queued the fault work again. */
+	cancel_work_sync(&io->fault_work);
 	skb_queue_purge(&io->rxq);
 	kfree(io);
 }

@@ -112,7 +112,7 @@ impl OdpMem {
         unsafe { raw::mrc_odp_set_owner(odp.as_ptr(), Arc::as_ptr(&mem).cast_mut().cast(), Some(invalidate_cb)) };
         // What is present already (as rxe does): no fault, best effort.
         if n > 0 {
-            let _ = mem.enter(0, n, false, false);
+            let _ = mem.enter(0, n, false, false, false);
         }
         Ok(mem)
     }
@@ -136,23 +136,41 @@ impl OdpMem {
             return Err(EPERM);
         }
         let (first, n) = self.span(offset, len).ok_or(EINVAL)?;
-        self.enter(first, n, write, fault)
+        self.enter(first, n, write, fault, true)
     }
 
-    /// See [`Self::fault_in`]; pages `[first, first + n)`.
-    fn enter(&self, first: usize, n: usize, write: bool, fault: bool) -> Result {
+    /// [`Self::fault_in`] of a range wider than an access needs (fault-ahead): a
+    /// failure marks nothing, since the access's own range may well be fine.
+    pub(crate) fn fault_ahead(&self, offset: u64, len: u64, write: bool) -> Result {
+        let (first, n) = self.span(offset, len).ok_or(EINVAL)?;
+        self.enter(first, n, write, true, false)
+    }
+
+    /// A failure of [`Self::fault_in`] that trying again cannot mend: the range is
+    /// not mapped (or not writably), or its process is gone.
+    pub(crate) fn lasting(e: Error) -> bool {
+        e == EFAULT || e == EPERM || e == EINVAL
+    }
+
+    /// See [`Self::fault_in`]; pages `[first, first + n)`, marked failed on a
+    /// lasting failure if `mark`.
+    fn enter(&self, first: usize, n: usize, write: bool, fault: bool, mark: bool) -> Result {
         // SAFETY: `odp` is live (type invariant); sleeps (the callers' contexts may).
         let r = unsafe { raw::mrc_odp_map_lock(self.odp.as_ptr(), first, n, write, fault) };
         if r < 0 {
-            // Only a range the process does not map (or not writably) fails for
-            // good; anything else (out of memory, a busy range) is tried again.
-            if fault && (r == EFAULT.to_errno() || r == EPERM.to_errno()) {
+            let e = Error::from_errno(r);
+            // A range the process does not map (or not so that it may be
+            // written), or a process that is gone, fails for good: every page of
+            // the span (a read-only one that a write wanted too) until an
+            // invalidation clears them. Anything else (out of memory, a busy
+            // range) is tried again.
+            if fault && mark && Self::lasting(e) {
                 let mut t = self.pages.write();
-                for e in t.iter_mut().skip(first).take(n).filter(|e| **e == ABSENT) {
-                    *e = FAILED;
+                for entry in t.iter_mut().skip(first).take(n) {
+                    *entry = FAILED;
                 }
             }
-            return Err(Error::from_errno(r));
+            return Err(e);
         }
         // `umem_mutex` is held from here to the unlock: no invalidation runs, so
         // what ib_core's record says is what the process has.

@@ -368,8 +368,10 @@ unsafe extern "C" fn reg_user_mr_cb(
     let Ok(len) = usize::try_from(length) else { return err_ptr(EINVAL) };
     if access as u32 & ACCESS_ON_DEMAND != 0 {
         // Spec: MR-9.2.5 — nothing pinned; pages come in as accesses need them.
-        // (Implicit ODP, the whole address space, is not offered: ib_core then
-        // passes a range the address space does not have, which fails here.)
+        // Implicit ODP (the whole address space) is not offered: EINVAL, as rxe.
+        if start == 0 && length == u64::MAX {
+            return err_ptr(EINVAL);
+        }
         // SAFETY: A live device of this driver; the caller's process context.
         return match unsafe { OdpMem::new(dev.as_raw(), start, len, access) } {
             Ok(mem) => region_mr(dev, pd, access as u32, Backing::Odp(mem), virt_addr, length),
@@ -412,10 +414,11 @@ unsafe extern "C" fn dereg_mr_cb(mr: *mut raw::ib_mr, _udata: *mut raw::ib_udata
 
 /// `advise_mr` (`ibv_advise_mr`): brings the pages of on-demand regions in ahead of
 /// use (spec MR-9.2.5), writable for `PREFETCH_WRITE`, or enters only those the
-/// process has (`PREFETCH_NO_FAULT`). Each SGE names a region of the PD by L_Key.
-/// Pinned regions are resident already: nothing to do. Asynchronous advice (no
-/// `IB_UVERBS_ADVISE_MR_FLAG_FLUSH`) is carried out at once as well, its failures
-/// ignored (verbs: best effort).
+/// process has (`PREFETCH_NO_FAULT`). Each SGE names a region of the PD by L_Key
+/// (`EINVAL` otherwise; `EPERM` for `PREFETCH_WRITE` to a region that may not be
+/// written). Pinned regions are resident already: nothing to do. Asynchronous
+/// advice (no `IB_UVERBS_ADVISE_MR_FLAG_FLUSH`) is carried out at once as well,
+/// its paging failures ignored (verbs: best effort).
 unsafe extern "C" fn advise_mr_cb(
     pd: *mut raw::ib_pd,
     advice: raw::ib_uverbs_advise_mr_advice,
@@ -445,10 +448,11 @@ unsafe extern "C" fn advise_mr_cb(
     let by = Accessor { pd: PdId(pd as usize), qp: QpId::NONE };
     for sge in sges {
         let len = u64::from(sge.length);
+        // A key that names no region the PD may use fails either way.
         let r = match data.mrs.on_demand(&data.mr_keys, sge.lkey, by, sge.addr, len, write) {
             Ok(Some((mem, offset))) => mem.fault_in(offset, len, write, fault),
             Ok(None) => Ok(()),
-            Err(e) => Err(e),
+            Err(e) => return e.to_errno(),
         };
         if let (Err(e), true) = (r, sync) {
             return e.to_errno();

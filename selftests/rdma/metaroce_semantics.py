@@ -530,6 +530,18 @@ try:
     tap(False, 'ibv_advise_mr beyond the region: EINVAL')
 except PyverbsRDMAError as x:
     tap(x.error_code == errno.EINVAL, 'ibv_advise_mr beyond the region: EINVAL', x)
+romr = MR(b.pd, PAGE, e.IBV_ACCESS_ON_DEMAND | e.IBV_ACCESS_REMOTE_READ)
+for what, args, want in (
+        ('PREFETCH_WRITE to a region that may not be written: EPERM',
+         (e._IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, e._IBV_ADVISE_MR_FLAG_FLUSH, [SGE(romr.buf, PAGE, romr.lkey)]),
+         errno.EPERM),
+        ('asynchronous advice naming an unknown key: EINVAL',
+         (e._IBV_ADVISE_MR_ADVICE_PREFETCH, 0, [SGE(bbuf, PAGE, bmr.lkey ^ 0x100)]), errno.EINVAL)):
+    try:
+        b.pd.advise_mr(*args)
+        tap(False, 'ibv_advise_mr ' + what)
+    except PyverbsRDMAError as x:
+        tap(x.error_code == want, 'ibv_advise_mr ' + what, x)
 after = {d: (counter(d, 'odp_faults'), counter(d, 'odp_faults_served')) for d in ('mrc0', 'mrc1')}
 tap(all(after[d][0] > faults0[d][0] and after[d][1] > faults0[d][1] for d in after),
     'both devices met absent pages and served faults (odp_faults, odp_faults_served)', (faults0, after))
