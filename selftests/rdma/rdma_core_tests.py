@@ -42,9 +42,9 @@ HARD_GRACE = 30
 # that passes on the reference but not on MetaRoCE is a skip only if it is listed
 # here AND its result says the operation is unsupported; a new feature that a test
 # finds missing fails until it is named here.
-ABSENT = [
-    (r'^test_odp\.', 'on-demand paging (IBV_ACCESS_ON_DEMAND)'),
-]
+# (Empty since on-demand paging came, 2026-12-03: every feature rxe passes a test
+# of is offered.)
+ABSENT = []
 
 
 def first_line(text):
