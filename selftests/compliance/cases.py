@@ -51,6 +51,10 @@ NOT_WIRE_TESTABLE = {
     "MR-9.2.4": "memory windows are bound through verbs, which the tester's DUT protocol does "
                 "not carry (kernel target: rdma-core's MWTest and test_qp_ex_rc_bind_mw bind, "
                 "use, invalidate and deallocate them)",
+    "MR-9.2.5": "memory residency (on-demand paging) is local to an implementation and by "
+                "design invisible on the wire (a fault looks like loss); core: the fault tests "
+                "of proto/tests/connection.rs and the simulator's exactly_once_with_memory_faults; "
+                "kernel target: metaroce_semantics.sh's ODP checks and rdma-core's test_odp",
     "MR-9.3.2": "deployment advice (uRPF, network-layer authentication)",
     "MR-9.4.1": "allocation behaviour; checked statically by the core's size guard test",
     "MR-10.2.2": "kernel driver allocation rule",
