@@ -906,28 +906,34 @@ impl Engine {
     // -----------------------------------------------------------------------------
     // Running
 
-    /// Handles one received MetaRoCE datagram (bytes after the UDP header).
-    pub(crate) fn on_datagram(&mut self, sh: &Shared<'_>, io: &mut impl Io, now: Instant, d: &Received<'_>) {
+    /// Handles one received MetaRoCE datagram (bytes after the UDP header). True
+    /// if it was refused because memory it needs is not resident (spec MR-9.2.5):
+    /// the caller may keep it and hand it in again once the fault is served,
+    /// sparing the peer a retransmission.
+    pub(crate) fn on_datagram(&mut self, sh: &Shared<'_>, io: &mut impl Io, now: Instant, d: &Received<'_>) -> bool {
         let (src_port, ce, bytes) = (d.src_port, d.ce, d.bytes);
         match self.ty {
             QpType::Rc | QpType::Uc => {
                 if !self.connected {
-                    return;
+                    return false;
                 }
                 let Engine { conn, q, accessor, access, counters, errored, fault, .. } = self;
-                let Some(conn) = conn.as_mut() else { return };
+                let Some(conn) = conn.as_mut() else { return false };
                 // Every posted receive is the connection's before a message needs it.
                 if !*errored {
                     feed_receives(q, conn);
                 }
                 let mut mem = QpMemory { sh, q, by: *accessor, access: *access, counters, pages: None, fault };
+                let refused = conn.stats().rx_faults;
                 conn.handle_scattered(now, src_port, ce, bytes, d.more, &mut mem);
+                conn.stats().rx_faults != refused
             }
             QpType::Ud => self.on_ud(sh, io, d.addrs, bytes),
         }
     }
 
-    fn on_ud(&mut self, sh: &Shared<'_>, io: &mut impl Io, addrs: IpPair, bytes: &[u8]) {
+    /// See [`Self::on_datagram`].
+    fn on_ud(&mut self, sh: &Shared<'_>, io: &mut impl Io, addrs: IpPair, bytes: &[u8]) -> bool {
         // On an SRQ: a WQE for a valid datagram, taken only now (as for RC).
         if let Some(srq) = sh.srq.filter(|_| self.on_srq && self.can_recv && !self.errored) {
             if self.q.rqr.len() == 0 && ud::accept_datagram(bytes, self.qpn, self.qkey, Some(u32::MAX)).is_ok() {
@@ -943,10 +949,10 @@ impl Engine {
             Ok(d) => d,
             Err(_) => {
                 self.counters.rx_ud_dropped += 1;
-                return;
+                return false;
             }
         };
-        let Some(slot) = next else { return };
+        let Some(slot) = next else { return false };
         let idx = self.q.rqr.idx(self.q.rqr.head);
         let (grh, grh_kind) = match addrs {
             IpPair::V4(s, dst) => (grh_ipv4(s, dst, d.payload.len()), Grh::Ipv4),
@@ -955,12 +961,11 @@ impl Engine {
         let fault = &mut self.fault;
         let mut mem = QpMemory { sh, q: &mut self.q, by: self.accessor, access: self.access, counters: &mut self.counters, pages: None, fault };
         let r = mem.write_recv(idx as u64, 0, &grh).and_then(|()| mem.write_recv(idx as u64, GRH_LEN as u32, d.payload));
-        // Spec: MR-9.2.5 — a receive buffer not resident: the datagram is dropped
-        // (UD is unreliable), the WQE stays for the next, the fault work brings
-        // the buffer in.
+        // Spec: MR-9.2.5 — a receive buffer not resident: the datagram is
+        // refused, the WQE stays for it, the fault work brings the buffer in (and
+        // the caller hands the datagram in again, or it is lost: UD is unreliable).
         if r == Err(MemError::Fault) {
-            self.counters.rx_ud_dropped += 1;
-            return;
+            return true;
         }
         let status = if r.is_ok() { WcStatus::Success } else { WcStatus::LocProtErr };
         self.q.rqr.head = self.q.rqr.head.wrapping_add(1);
@@ -979,6 +984,7 @@ impl Engine {
             grh: grh_kind,
         };
         io.complete(true, wc, d.solicited);
+        false
     }
 
     /// One run of the work: timers, feeding posted work to the connection,

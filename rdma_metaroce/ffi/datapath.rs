@@ -639,7 +639,12 @@ unsafe extern "C" fn qp_fault_cb(owner: *mut c_void) {
     let Some(fault) = qp.engine.lock().take_fault() else { return };
     // Sleeps (page faults): the engine is not held. The registration the fault
     // holds is let go here, in process context.
-    match fault.serve() {
+    let served = fault.serve();
+    // What was refused for it goes back to the receive queue (to be refused again
+    // if the memory is still not in).
+    // SAFETY: As above.
+    unsafe { raw::mrc_qp_io_unpark(io_ctx) };
+    match served {
         Ok(()) => dev.data().counters.add(crate::net::Counter::OdpFaultsServed, 1),
         // Out of memory, a range busy for long: run the QP again a little later
         // (it faults again then), not at once, which would spin against this.
@@ -734,10 +739,13 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
                 }
                 n += 1;
                 // SAFETY: We own the skb, a UDP datagram the receive path queued;
-                // ours to free afterwards.
+                // ours to free afterwards, or to keep for the fault work (spec
+                // MR-9.2.5: refused for memory not resident, handed in again once
+                // it is in; if it cannot be kept the peer resends it).
                 unsafe {
-                    hand_in(&mut eng, &sh, &mut io, t, skb);
-                    raw::mrc_kfree_skb(skb);
+                    if !(hand_in(&mut eng, &sh, &mut io, t, skb) && raw::mrc_qp_io_park(io_ctx, skb)) {
+                        raw::mrc_kfree_skb(skb);
+                    }
                 }
             }
             let doorbell = matches!(origin, Origin::Doorbell | Origin::MappedDoorbell);
@@ -802,7 +810,8 @@ unsafe fn addrs_of(skb: *mut raw::sk_buff) -> crate::engine::IpPair {
     }
 }
 
-/// Hands one received datagram to the engine.
+/// Hands one received datagram to the engine; true if it was refused because
+/// memory it needs is not resident (spec MR-9.2.5, kept for the fault work).
 ///
 /// # Safety
 ///
@@ -813,7 +822,7 @@ unsafe fn hand_in(
     io: &mut WorkIo<'_>,
     t: Instant,
     skb: *mut raw::sk_buff,
-) {
+) -> bool {
     // SAFETY: Per the contract `skb` is a live UDP datagram.
     let from = unsafe { addrs_of(skb) };
     let mut pieces = Pieces::new();
@@ -822,15 +831,15 @@ unsafe fn hand_in(
     // The receive callback made the headers linear (`UdpPayload::with_headers`).
     let Some(d) = (unsafe { UdpPayload::of(skb, pieces) }) else {
         eng.pull_posted(io);
-        return;
+        return false;
     };
     // Receives the process posted since (a message must not meet an RNR NAK for
     // want of a WQE that is already in the ring).
     eng.pull_posted(io);
     d.with_more(|more| {
         let r = Received { bytes: d.first, more, src_port: d.src_port, ce: d.ce, addrs: from };
-        eng.on_datagram(sh, io, t, &r);
-    });
+        eng.on_datagram(sh, io, t, &r)
+    })
 }
 
 /// Most page fragments of a received datagram that are handed on as they are; a

@@ -133,6 +133,12 @@ struct ib_umem *mrc_umem_get(struct ib_device *ib, u64 addr, size_t len, int acc
 	return umem;
 }
 
+bool mrc_odp_supported(void)
+{
+	return IS_ENABLED(CONFIG_INFINIBAND_ON_DEMAND_PAGING);
+}
+
+#if IS_ENABLED(CONFIG_INFINIBAND_ON_DEMAND_PAGING)
 /* The owner's invalidation hook (one function for every ODP MR of the module). */
 static void (*mrc_odp_invalidate_fn)(void *owner, size_t first, size_t end);
 
@@ -181,11 +187,6 @@ static bool mrc_odp_invalidate(struct mmu_interval_notifier *mni,
 	return true;
 }
 
-bool mrc_odp_supported(void)
-{
-	return IS_ENABLED(CONFIG_INFINIBAND_ON_DEMAND_PAGING);
-}
-
 static const struct mmu_interval_notifier_ops mrc_odp_ops = {
 	.invalidate = mrc_odp_invalidate,
 };
@@ -195,10 +196,6 @@ struct ib_umem_odp *mrc_odp_get(struct ib_device *ib, u64 addr, size_t len, int 
 {
 	struct ib_umem_odp *odp;
 
-	if (!IS_ENABLED(CONFIG_INFINIBAND_ON_DEMAND_PAGING)) {
-		*err = -EOPNOTSUPP;
-		return NULL;
-	}
 	odp = ib_umem_odp_get(ib, addr, len, access & ~IB_ACCESS_HUGETLB, &mrc_odp_ops);
 	if (IS_ERR(odp)) {
 		*err = PTR_ERR(odp);
@@ -270,6 +267,28 @@ void mrc_odp_release(struct ib_umem_odp *odp)
 	mutex_unlock(&odp->umem_mutex);
 	ib_umem_odp_release(odp);
 }
+#else
+/* No on-demand paging in this kernel: registration says so, and without a
+ * registration nothing else is ever called. */
+struct ib_umem_odp *mrc_odp_get(struct ib_device *ib, u64 addr, size_t len, int access,
+				int *err)
+{
+	*err = -EOPNOTSUPP;
+	return NULL;
+}
+void mrc_odp_set_owner(struct ib_umem_odp *odp, void *owner,
+		       void (*invalidate)(void *owner, size_t first, size_t end)) {}
+size_t mrc_odp_npages(struct ib_umem_odp *odp) { return 0; }
+size_t mrc_odp_first_offset(struct ib_umem_odp *odp) { return 0; }
+bool mrc_odp_writable(struct ib_umem_odp *odp) { return false; }
+int mrc_odp_map_lock(struct ib_umem_odp *odp, size_t first, size_t n, bool write, bool fault)
+{
+	return -EOPNOTSUPP;
+}
+struct page *mrc_odp_page(struct ib_umem_odp *odp, size_t idx, bool *writable) { return NULL; }
+void mrc_odp_unlock(struct ib_umem_odp *odp) {}
+void mrc_odp_release(struct ib_umem_odp *odp) {}
+#endif
 
 void mrc_page_copy(struct page *page, size_t off, void *buf, size_t len, bool to_page)
 {
@@ -461,6 +480,8 @@ struct mrc_qp_io {
 	 */
 	struct hrtimer timer;
 	struct sk_buff_head rxq;
+	/* Datagrams refused for a page fault, handed in again after it. */
+	struct sk_buff_head parked;
 	/* Serves the page faults a run met (on-demand paging): may sleep. */
 	struct work_struct fault_work;
 	void *owner;
@@ -509,6 +530,25 @@ static void mrc_qp_io_fault_fn(struct work_struct *w)
 		io->fault(io->owner);
 }
 
+/* Bounds the datagrams one QP keeps while its fault is served. */
+#define MRC_QP_IO_PARKED 64
+
+bool mrc_qp_io_park(struct mrc_qp_io *io, struct sk_buff *skb)
+{
+	if (READ_ONCE(io->dying) || skb_queue_len(&io->parked) >= MRC_QP_IO_PARKED)
+		return false;
+	skb_queue_tail(&io->parked, skb);
+	return true;
+}
+
+void mrc_qp_io_unpark(struct mrc_qp_io *io)
+{
+	struct sk_buff *skb;
+
+	while ((skb = skb_dequeue(&io->parked)))
+		skb_queue_tail(&io->rxq, skb);
+}
+
 void mrc_qp_io_fault(struct mrc_qp_io *io)
 {
 	/* Unbound: a fault may sleep for long and must not hold up the runs
@@ -538,6 +578,7 @@ struct mrc_qp_io *mrc_qp_io_new(void *owner, void (*run)(void *owner),
 	io->fault = fault;
 	hrtimer_setup(&io->timer, mrc_qp_io_timer_fn, CLOCK_MONOTONIC, HRTIMER_MODE_REL_PINNED_SOFT);
 	skb_queue_head_init(&io->rxq);
+	skb_queue_head_init(&io->parked);
 	io->owner = owner;
 	io->run = run;
 	io->home = -1;
@@ -642,6 +683,7 @@ void mrc_qp_io_free(struct mrc_qp_io *io)
 	/* A run that was still going may have queued the fault work again. */
 	cancel_work_sync(&io->fault_work);
 	skb_queue_purge(&io->rxq);
+	skb_queue_purge(&io->parked);
 	kfree(io);
 }
 

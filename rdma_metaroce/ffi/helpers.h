@@ -137,6 +137,12 @@ void mrc_qp_io_free(struct mrc_qp_io *io);
 /* Has `fault(owner)` run in process context (the QP's page-fault work, for
  * memory its run found not resident); nothing once the io is dying. */
 void mrc_qp_io_fault(struct mrc_qp_io *io);
+/* Keeps a received datagram refused for a page fault, to be handed in again
+ * once the fault work has run (mrc_qp_io_unpark): true if kept, false (the
+ * caller frees it) when MRC_QP_IO_PARKED are kept already. */
+bool mrc_qp_io_park(struct mrc_qp_io *io, struct sk_buff *skb);
+/* Moves the kept datagrams back to the receive queue, in their order. */
+void mrc_qp_io_unpark(struct mrc_qp_io *io);
 
 /* ktime_get_ns() */
 u64 mrc_now_ns(void);
