@@ -49,4 +49,42 @@ pp6() {
 }
 check "ibv_rc_pingpong -c over IPv6 GIDs" pp6 ibv_rc_pingpong -c -n 50
 check "ibv_ud_pingpong -c over IPv6 GIDs" pp6 ibv_ud_pingpong -c -n 50 -s 512
+
+# Last, as it takes mrc1 away: `rdma link del` while a process holds an on-demand
+# region with its pages in (spec MR-9.2.5). ib_core deregisters the region for the
+# process; the process then drops its pages (an invalidation the device no longer
+# sees) and exits, its descriptor closed on a device that is gone; the module
+# unloads.
+odp_link_del() {
+    rm -f /tmp/odp.ready /tmp/odp.holder
+    B env PYTHONPATH="$HERE/../lib" timeout 60 python3 - > /tmp/odp.holder 2>&1 <<'PY' &
+import os
+import time
+import pyverbs.device as d
+from pyverbs.mem_alloc import MAP_ANONYMOUS_, MAP_PRIVATE_, madvise, mmap
+from pyverbs.mr import MR
+from pyverbs.pd import PD
+from pyverbs.wr import SGE
+from pyverbs_compat import e
+ctx = d.Context(name='mrc1')
+pd = PD(ctx)
+n = 1 << 20
+buf = mmap(length=n, flags=MAP_ANONYMOUS_ | MAP_PRIVATE_)
+mr = MR(pd, n, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_ON_DEMAND, address=buf)
+pd.advise_mr(e._IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, e._IBV_ADVISE_MR_FLAG_FLUSH, [SGE(buf, n, mr.lkey)])
+open('/tmp/odp.ready', 'w').close()
+while os.path.exists('/tmp/odp.ready'):
+    time.sleep(0.01)
+madvise(buf, n)
+print('holder done', flush=True)
+os._exit(0)
+PY
+    local pid=$!
+    wait_for 20 test -e /tmp/odp.ready || { kill $pid; return 1; }
+    timeout 30 rdma link del mrc1 || { kill $pid; return 1; }
+    rm -f /tmp/odp.ready
+    wait $pid && grep -q 'holder done' /tmp/odp.holder
+}
+check "rdma link del while a process holds a prefetched on-demand region: the device goes, the process lives" odp_link_del
+check "the module unloads afterwards" bash -c "rdma link del mrc0 && rmmod rdma_metaroce"
 ktap_finish
