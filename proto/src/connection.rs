@@ -293,8 +293,8 @@ pub struct Stats {
     pub rx_out_of_order: u64,
     /// UC messages the responder could not place and dropped (MR-4.6.2).
     pub uc_dropped: u64,
-    /// Received packets refused because their memory was not resident, to
-    /// be resent by the peer (MR-9.2.5).
+    /// Received packets refused because their memory was not resident, as if
+    /// lost (MR-9.2.5: handed in again by the driver or resent by the peer).
     pub rx_faults: u64,
     /// Packets whose payload could not be read because the memory was not
     /// resident, counted lost and resent later (MR-9.2.5).

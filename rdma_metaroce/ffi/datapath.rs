@@ -648,7 +648,7 @@ unsafe extern "C" fn qp_fault_cb(owner: *mut c_void) {
         Ok(()) => dev.data().counters.add(crate::net::Counter::OdpFaultsServed, 1),
         // Out of memory, a range busy for long: run the QP again a little later
         // (it faults again then), not at once, which would spin against this.
-        Err(e) if !crate::ffi::OdpMem::lasting(e) => {
+        Err(e) if !super::OdpMem::lasting(e) => {
             // SAFETY: As above.
             unsafe { raw::mrc_qp_io_arm(io_ctx, FAULT_RETRY_US, false) };
             return;

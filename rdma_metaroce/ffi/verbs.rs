@@ -440,7 +440,7 @@ unsafe extern "C" fn advise_mr_cb(
     // SAFETY: ib_core passes a live PD of this driver and `num_sge` SGEs it copied
     // from the process (or none).
     let (dev, sges) = unsafe {
-        let n = if num_sge == 0 { 0 } else { num_sge as usize };
+        let n = num_sge as usize;
         (IbDev::from_raw((*pd).device), if n == 0 { &[][..] } else { core::slice::from_raw_parts(sg_list, n) })
     };
     let data = dev.data();
