@@ -329,6 +329,9 @@ pub(super) unsafe fn qp_kick(qp: *mut raw::ib_qp) {
 struct WorkIo<'a> {
     dev: &'a IbDev,
     qp: *mut raw::ib_qp,
+    /// The QP's io context if the QP is connected (RC, UC): one destination, whose
+    /// route its transmissions take from the context's cache; null for UD.
+    route: *mut raw::mrc_qp_io,
     /// CQs with a new completion whose consumer asked to be notified ([send, recv]).
     notify: [bool; 2],
     /// CQs that overflowed.
@@ -407,8 +410,15 @@ impl Drop for HeldAcks {
 }
 
 impl<'a> WorkIo<'a> {
-    fn new(dev: &'a IbDev, qp: *mut raw::ib_qp) -> Self {
-        WorkIo { dev, qp, notify: [false; 2], overflow: [false; 2], acks: HeldAcks::new() }
+    /// # Safety
+    ///
+    /// `qp` is a live QP of this driver between `qp_start` and `qp_stop` for the
+    /// life of the result, and `io_ctx` its io context.
+    unsafe fn new(dev: &'a IbDev, qp: *mut raw::ib_qp, io_ctx: *mut raw::mrc_qp_io) -> Self {
+        // SAFETY: Per the contract the QP is alive.
+        let connected = matches!(unsafe { (*qp).qp_type }, raw::ib_qp_type_IB_QPT_RC | raw::ib_qp_type_IB_QPT_UC);
+        let route = if connected { io_ctx } else { core::ptr::null_mut() };
+        WorkIo { dev, qp, route, notify: [false; 2], overflow: [false; 2], acks: HeldAcks::new() }
     }
 
     /// Spec: MR-10.3.4 — sends the ACKs the round held: outside the engine lock when
@@ -541,13 +551,31 @@ impl WorkIo<'_> {
             };
             return ret == 0;
         };
+        let daddr = u32::from_ne_bytes(d);
+        if !self.route.is_null() {
+            // SAFETY: As below; `route` is the live io context of this connected QP
+            // (see `new`), whose route cache the helper uses with bottom halves off.
+            let ret = unsafe {
+                raw::mrc_udp_xmit4_skb_cached(
+                    self.route,
+                    self.dev.sock(),
+                    daddr,
+                    src_port,
+                    self.dev.udp_port(),
+                    tos,
+                    skb,
+                    len,
+                )
+            };
+            return ret == 0;
+        }
         // SAFETY: The device's socket is open while the device has QPs; the helper
         // consumes the skb (caller's contract).
         let ret = unsafe {
             raw::mrc_udp_xmit4_skb(
                 self.dev.sock(),
                 0,
-                u32::from_ne_bytes(d),
+                daddr,
                 src_port,
                 self.dev.udp_port(),
                 tos,
@@ -716,7 +744,9 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
     let mut rounds = 0;
     loop {
         rounds += 1;
-        let mut io = WorkIo::new(dev, ib);
+        // SAFETY: Per the contract the QP is between `qp_start` and `qp_stop` for
+        // this call, and `io_ctx` is its io context.
+        let mut io = unsafe { WorkIo::new(dev, ib, io_ctx) };
         let mut again = false;
         let (t, next, precise, wants) = {
             let mut eng = qp.engine.lock();

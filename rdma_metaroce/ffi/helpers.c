@@ -12,6 +12,7 @@
 #include <net/inet_ecn.h>
 #include <net/udp_tunnel.h>
 #include <net/route.h>
+#include <net/dst_cache.h>
 #include <net/ip6_route.h>
 #include <net/ipv6.h>
 #include <linux/workqueue.h>
@@ -472,13 +473,24 @@ void mrc_wq_fini(void)
 }
 
 struct mrc_qp_io {
-	struct delayed_work work;
+	struct work_struct work;
 	/*
 	 * Deadlines shorter than a jiffy (an acknowledgement waiting for a reply,
 	 * spec MR-5.4.6): a delayed work would round them up to a whole jiffy and
 	 * then wake a worker; this runs the QP in softirq on the arming CPU.
 	 */
 	struct hrtimer timer;
+	/*
+	 * Longer deadlines (a path's RTO, a tail probe): the jiffies `deadline`
+	 * (0: none) is the truth and `wheel` only ever moves earlier, so arming
+	 * for a later time and disarming touch no timer. In a request/response
+	 * exchange every message arms and every ACK disarms: queueing and
+	 * cancelling a delayed work for each cost more than an ACK's handling.
+	 * A wheel timer that goes off for a deadline since moved or dropped
+	 * re-arms itself or does nothing, in softirq: no worker is woken.
+	 */
+	struct timer_list wheel;
+	unsigned long deadline;
 	struct sk_buff_head rxq;
 	/* Datagrams refused for a page fault, handed in again after it. */
 	struct sk_buff_head parked;
@@ -489,6 +501,13 @@ struct mrc_qp_io {
 	void (*fault)(void *owner);
 	/* The CPU the QP's datagrams last arrived on (-1: none yet). */
 	int home;
+	/*
+	 * Routes of a connected QP's transmissions, per CPU, for `route_daddr`
+	 * (ip_route_output_key() per packet was a tenth of a small message's
+	 * transmit). Checked against route changes by dst_cache itself.
+	 */
+	struct dst_cache route;
+	__be32 route_daddr;
 	/* Set by mrc_qp_io_free: nothing arms, kicks or runs any more. */
 	bool dying;
 	/*
@@ -516,7 +535,7 @@ static int mrc_qp_io_home(struct mrc_qp_io *io)
 
 static void mrc_qp_io_fn(struct work_struct *w)
 {
-	struct mrc_qp_io *io = container_of(to_delayed_work(w), struct mrc_qp_io, work);
+	struct mrc_qp_io *io = container_of(w, struct mrc_qp_io, work);
 
 	if (!READ_ONCE(io->dying))
 		io->run(io->owner);
@@ -557,6 +576,21 @@ void mrc_qp_io_fault(struct mrc_qp_io *io)
 		queue_work(system_dfl_wq, &io->fault_work);
 }
 
+static void mrc_qp_io_wheel_fn(struct timer_list *t)
+{
+	struct mrc_qp_io *io = timer_container_of(io, t, wheel);
+	unsigned long deadline = READ_ONCE(io->deadline);
+
+	if (!deadline || READ_ONCE(io->dying))
+		return;
+	if (time_before(jiffies, deadline))
+		/* Moved later since: wait for it (an arm meanwhile may have set
+		 * an earlier one, which stays). */
+		timer_reduce(&io->wheel, deadline);
+	else
+		queue_work_on(mrc_qp_io_home(io), mrc_wq, &io->work);
+}
+
 static enum hrtimer_restart mrc_qp_io_timer_fn(struct hrtimer *t)
 {
 	struct mrc_qp_io *io = container_of(t, struct mrc_qp_io, timer);
@@ -573,7 +607,12 @@ struct mrc_qp_io *mrc_qp_io_new(void *owner, void (*run)(void *owner),
 
 	if (!io)
 		return NULL;
-	INIT_DELAYED_WORK(&io->work, mrc_qp_io_fn);
+	if (dst_cache_init(&io->route, GFP_KERNEL)) {
+		kfree(io);
+		return NULL;
+	}
+	INIT_WORK(&io->work, mrc_qp_io_fn);
+	timer_setup(&io->wheel, mrc_qp_io_wheel_fn, 0);
 	INIT_WORK(&io->fault_work, mrc_qp_io_fault_fn);
 	io->fault = fault;
 	hrtimer_setup(&io->timer, mrc_qp_io_timer_fn, CLOCK_MONOTONIC, HRTIMER_MODE_REL_PINNED_SOFT);
@@ -592,7 +631,7 @@ void mrc_qp_io_kick(struct mrc_qp_io *io)
 	atomic_inc(&io->wants);
 	/* Pairs with the barrier in mrc_qp_io_disarm. */
 	smp_mb__after_atomic();
-	mod_delayed_work_on(mrc_qp_io_home(io), mrc_wq, &io->work, 0);
+	queue_work_on(mrc_qp_io_home(io), mrc_wq, &io->work);
 }
 
 unsigned int mrc_qp_io_wants(struct mrc_qp_io *io)
@@ -602,7 +641,7 @@ unsigned int mrc_qp_io_wants(struct mrc_qp_io *io)
 
 void mrc_qp_io_arm(struct mrc_qp_io *io, u64 usecs, bool precise)
 {
-	unsigned long delay;
+	unsigned long deadline;
 
 	if (READ_ONCE(io->dying))
 		return;
@@ -617,19 +656,17 @@ void mrc_qp_io_arm(struct mrc_qp_io *io, u64 usecs, bool precise)
 	}
 	/* An earlier short deadline has been met: spare the run it would cost. */
 	hrtimer_try_to_cancel(&io->timer);
-	delay = usecs_to_jiffies(usecs);
-	if (queue_delayed_work_on(mrc_qp_io_home(io), mrc_wq, &io->work, delay))
-		return;
+	/* 0 means none: a deadline that falls on it is a jiffy late. */
+	deadline = (jiffies + usecs_to_jiffies(usecs)) ?: 1;
+	WRITE_ONCE(io->deadline, deadline);
 	/*
-	 * Already pending. A work that waits for a later deadline (a path RTO,
-	 * MR-5.5.2, of 10 ms left behind by a tail probe, say) must be pulled
-	 * forward, or the earlier deadline (the next message's tail probe,
-	 * MR-5.3.4) waits for it; a work whose timer has already gone off is
-	 * queued to run and stays as it is.
+	 * A wheel timer pending for an earlier time stays (it goes off, finds
+	 * this later deadline and re-arms for it); one pending for a later time,
+	 * or none, is set to this deadline (a path RTO of 10 ms left behind by a
+	 * tail probe, MR-5.5.2, must not hold up the next message's tail probe,
+	 * MR-5.3.4).
 	 */
-	if (timer_pending(&io->work.timer) &&
-	    time_before(jiffies + delay, READ_ONCE(io->work.timer.expires)))
-		mod_delayed_work_on(mrc_qp_io_home(io), mrc_wq, &io->work, delay);
+	timer_reduce(&io->wheel, deadline);
 }
 
 void mrc_qp_io_disarm(struct mrc_qp_io *io, unsigned int wants_seen)
@@ -637,20 +674,25 @@ void mrc_qp_io_disarm(struct mrc_qp_io *io, unsigned int wants_seen)
 	bool cancelled;
 
 	/*
-	 * A work still pending for an old deadline (arming pulls a pending work
-	 * forward, never back) would wake a worker for nothing: in a request/
-	 * response exchange about once per message, preempting the process on the
-	 * QP's CPU. Cancel it and the timer; but if a kick or an arm came since
-	 * the run's snapshot, what was cancelled may be theirs (a post or a state
-	 * change the run did not see, a later run's deadline): run the QP again.
+	 * An old deadline left in place would wake a worker for nothing: in a
+	 * request/response exchange about once per message, preempting the
+	 * process on the QP's CPU. Drop it (the wheel timer then goes off
+	 * harmlessly), the hrtimer and a queued work; but if a kick or an arm
+	 * came since the run's snapshot, what was dropped may be theirs (a post
+	 * or a state change the run did not see, a later run's deadline): run
+	 * the QP again.
 	 */
 	cancelled = hrtimer_try_to_cancel(&io->timer) == 1;
-	cancelled |= cancel_delayed_work(&io->work);
+	cancelled |= xchg(&io->deadline, 0) != 0;
+	/* Tested first: cancel_work() costs atomics and an IRQ-off section even
+	 * when nothing is queued, which is nearly always. */
+	if (work_pending(&io->work))
+		cancelled |= cancel_work(&io->work);
 	if (cancelled) {
 		/* Pairs with the barriers in mrc_qp_io_kick and mrc_qp_io_arm. */
 		smp_mb();
 		if (atomic_read(&io->wants) != wants_seen && !READ_ONCE(io->dying))
-			mod_delayed_work_on(mrc_qp_io_home(io), mrc_wq, &io->work, 0);
+			queue_work_on(mrc_qp_io_home(io), mrc_wq, &io->work);
 	}
 }
 
@@ -677,13 +719,16 @@ void mrc_qp_io_free(struct mrc_qp_io *io)
 	/* The fault work kicks the run: it goes first. */
 	cancel_work_sync(&io->fault_work);
 	hrtimer_cancel(&io->timer);
-	cancel_delayed_work_sync(&io->work);
+	timer_delete_sync(&io->wheel);
+	cancel_work_sync(&io->work);
 	hrtimer_cancel(&io->timer);
-	cancel_delayed_work_sync(&io->work);
+	timer_delete_sync(&io->wheel);
+	cancel_work_sync(&io->work);
 	/* A run that was still going may have queued the fault work again. */
 	cancel_work_sync(&io->fault_work);
 	skb_queue_purge(&io->rxq);
 	skb_queue_purge(&io->parked);
+	dst_cache_destroy(&io->route);
 	kfree(io);
 }
 
@@ -873,23 +918,29 @@ static void mrc_udp_xmit4_mcast(struct sock *sk, struct rtable *rt, struct sk_bu
 	ip_local_out(sock_net(sk), sk, skb);
 }
 
-int mrc_udp_xmit4_skb(struct socket *sock, __be32 saddr, __be32 daddr, u16 sport, u16 dport,
-		      u8 tos, struct sk_buff *skb, size_t len)
+/* The route from `saddr` (0: the route chooses, and says which in `saddr`) to
+ * `daddr` out of the device socket's bound device, or an ERR_PTR. */
+static struct rtable *mrc_route4(struct sock *sk, __be32 *saddr, __be32 daddr)
 {
-	struct sock *sk = sock->sk;
 	struct flowi4 fl = {};
 	struct rtable *rt;
-	int err;
 
 	fl.flowi4_oif = sk->sk_bound_dev_if;
-	fl.saddr = saddr;
+	fl.saddr = *saddr;
 	fl.daddr = daddr;
 	fl.flowi4_proto = IPPROTO_UDP;
 	rt = ip_route_output_key(sock_net(sk), &fl);
-	if (IS_ERR(rt)) {
-		kfree_skb(skb);
-		return PTR_ERR(rt);
-	}
+	if (!IS_ERR(rt))
+		*saddr = fl.saddr;
+	return rt;
+}
+
+/* Sends `skb` (see mrc_udp_xmit4_skb) along `rt`, whose reference it takes. */
+static int mrc_udp_send4(struct sock *sk, struct rtable *rt, __be32 saddr, __be32 daddr,
+			 u16 sport, u16 dport, u8 tos, struct sk_buff *skb, size_t len)
+{
+	int err;
+
 	if (len)
 		skb_put(skb, len); /* an skb of fragments is complete (and skb_put() would BUG) */
 	err = mrc_tx_headroom(skb, rt->dst.dev, sizeof(struct iphdr));
@@ -898,22 +949,66 @@ int mrc_udp_xmit4_skb(struct socket *sock, __be32 saddr, __be32 daddr, u16 sport
 		kfree_skb(skb);
 		return err;
 	}
-	/*
-	 * The route chose the source address if the caller left it 0. The tunnel
-	 * transmit counts its recursion per CPU (iptunnel_xmit), so it must not
-	 * migrate: bottom halves stay off around it, as in a device's xmit. The
-	 * engine calls this under its _bh lock; a caller in plain process context
-	 * would leak the counter until the CPU drops every packet it sends
-	 * ("Dead loop on virtual device").
-	 */
-	local_bh_disable();
 	if (ipv4_is_multicast(daddr))
-		mrc_udp_xmit4_mcast(sk, rt, skb, fl.saddr, daddr, tos, htons(sport), htons(dport));
+		mrc_udp_xmit4_mcast(sk, rt, skb, saddr, daddr, tos, htons(sport), htons(dport));
 	else
-		udp_tunnel_xmit_skb(rt, sk, skb, fl.saddr, daddr, tos, ip4_dst_hoplimit(&rt->dst),
+		udp_tunnel_xmit_skb(rt, sk, skb, saddr, daddr, tos, ip4_dst_hoplimit(&rt->dst),
 				    0, htons(sport), htons(dport), false, false, 0);
-	local_bh_enable();
 	return 0;
+}
+
+/*
+ * The tunnel transmit counts its recursion per CPU (iptunnel_xmit), so it must
+ * not migrate, and the route cache is per CPU: bottom halves stay off around
+ * both, as in a device's xmit. The engine calls these under its _bh lock; a
+ * caller in plain process context would leak the counter until the CPU drops
+ * every packet it sends ("Dead loop on virtual device").
+ */
+int mrc_udp_xmit4_skb(struct socket *sock, __be32 saddr, __be32 daddr, u16 sport, u16 dport,
+		      u8 tos, struct sk_buff *skb, size_t len)
+{
+	struct rtable *rt;
+	int err;
+
+	local_bh_disable();
+	rt = mrc_route4(sock->sk, &saddr, daddr);
+	if (IS_ERR(rt)) {
+		kfree_skb(skb);
+		err = PTR_ERR(rt);
+	} else {
+		err = mrc_udp_send4(sock->sk, rt, saddr, daddr, sport, dport, tos, skb, len);
+	}
+	local_bh_enable();
+	return err;
+}
+
+int mrc_udp_xmit4_skb_cached(struct mrc_qp_io *io, struct socket *sock, __be32 daddr, u16 sport,
+			     u16 dport, u8 tos, struct sk_buff *skb, size_t len)
+{
+	__be32 saddr = 0;
+	struct rtable *rt;
+	int err;
+
+	local_bh_disable();
+	/* A connected QP's destination changes only in a modify_qp before it
+	 * sends; a change drops every CPU's entry. */
+	if (unlikely(READ_ONCE(io->route_daddr) != daddr)) {
+		dst_cache_reset(&io->route);
+		WRITE_ONCE(io->route_daddr, daddr);
+	}
+	rt = dst_cache_get_ip4(&io->route, &saddr);
+	if (!rt) {
+		rt = mrc_route4(sock->sk, &saddr, daddr);
+		if (IS_ERR(rt)) {
+			kfree_skb(skb);
+			local_bh_enable();
+			return PTR_ERR(rt);
+		}
+		dst_cache_set_ip4(&io->route, &rt->dst, saddr);
+	}
+	err = mrc_udp_send4(sock->sk, rt, saddr, daddr, sport, dport, tos, skb, len);
+	local_bh_enable();
+	return err;
 }
 
 int mrc_udp_xmit6_skb(struct socket *sock, const u8 saddr[16], const u8 daddr[16], u16 sport,

@@ -108,24 +108,28 @@ void mrc_nl_driver_table_end(struct sk_buff *msg, void *table, bool ok);
 int mrc_wq_init(void);
 void mrc_wq_fini(void);
 
-/* Per-QP I/O context: a delayed work item that calls `run(owner)` in process
- * context on the module's workqueue (and, for deadlines under a jiffy, an
- * hrtimer that calls it in softirq), and a queue of received datagrams (whose
- * spinlock is IRQ-safe, so the softirq receive path may push to it). */
+/* Per-QP I/O context: a work item that calls `run(owner)` in process context on
+ * the module's workqueue, two timers that have it run later (an hrtimer that
+ * calls it in softirq for deadlines under a jiffy, a timer-wheel timer that
+ * queues the work for longer ones), a queue of received datagrams (whose
+ * spinlock is IRQ-safe, so the softirq receive path may push to it) and the
+ * route cache of a connected QP's transmissions. */
 struct mrc_qp_io;
 struct mrc_qp_io *mrc_qp_io_new(void *owner, void (*run)(void *owner),
 				void (*fault)(void *owner));
 /* Runs the work as soon as possible (pulls a pending timer forward). */
 void mrc_qp_io_kick(struct mrc_qp_io *io);
 /* Runs the QP after `usecs`: when `precise` and under a jiffy from the hrtimer
- * (re-armed), else from the work (at jiffy resolution; a work pending for a later
- * time is pulled forward, one pending for an earlier time stays). */
+ * (re-armed), else from the work at jiffy resolution (the wheel timer is moved
+ * earlier, never later: one pending for an earlier time goes off then and
+ * re-arms itself for the deadline). */
 void mrc_qp_io_arm(struct mrc_qp_io *io, u64 usecs, bool precise);
 /* How many kicks and arms there have been (a run's snapshot for mrc_qp_io_disarm,
  * taken under the QP's lock). */
 unsigned int mrc_qp_io_wants(struct mrc_qp_io *io);
-/* The engine has no deadline left: cancels the timer and the pending work, and
- * runs the QP again if a kick or an arm came after the snapshot `wants_seen`. */
+/* The engine has no deadline left: cancels the hrtimer, the deadline (a wheel
+ * timer still pending goes off and does nothing) and a queued work, and runs the
+ * QP again if a kick or an arm came after the snapshot `wants_seen`. */
 void mrc_qp_io_disarm(struct mrc_qp_io *io, unsigned int wants_seen);
 /* Queues a received skb (from softirq; this CPU becomes the work's home). Takes ownership. */
 void mrc_qp_io_rx_push(struct mrc_qp_io *io, struct sk_buff *skb);
@@ -230,6 +234,10 @@ struct sk_buff *mrc_tx_skb_alloc(unsigned int len, u8 **data);
  * codepoint. 0 or -errno. */
 int mrc_udp_xmit4_skb(struct socket *sock, __be32 saddr, __be32 daddr, u16 sport, u16 dport,
 		      u8 tos, struct sk_buff *skb, size_t len);
+/* mrc_udp_xmit4_skb() for a connected QP (one destination: RC, UC) with a 0
+ * `saddr`: the route comes from the QP's route cache while it stays valid. */
+int mrc_udp_xmit4_skb_cached(struct mrc_qp_io *io, struct socket *sock, __be32 daddr, u16 sport,
+			     u16 dport, u8 tos, struct sk_buff *skb, size_t len);
 /* The same over IPv6 from the IPv6 device socket (an all-zero `saddr` lets the
  * route choose); `tclass` carries the ECN codepoint. Consumes `skb`. */
 int mrc_udp_xmit6_skb(struct socket *sock, const u8 saddr[16], const u8 daddr[16], u16 sport,
