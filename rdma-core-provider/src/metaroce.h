@@ -129,6 +129,12 @@ struct metaroce_qp {
 	struct metaroce_wr_batch batch;
 	/* Ring path only: */
 	struct metaroce_uring sq, rq;
+	/* The doorbell: a post_send command with no work requests, built once
+	 * and written to the command fd as it is (the write() interface; the
+	 * ioctl dispatch libibverbs would use costs several microseconds per
+	 * call under emulation). Used under sq.lock. */
+	struct ibv_post_send db_req;
+	struct ib_uverbs_post_send_resp db_resp;
 	uint32_t max_send_sge, max_recv_sge, max_inline;
 	/* The state as this process last set it (the module may move the QP to
 	 * ERR on its own; posting is then still accepted and flushed). */

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "metaroce.h"
 
@@ -225,11 +226,22 @@ static void ring_write_send(struct metaroce_qp *qp, void *slot,
 	}
 }
 
+/* Rings the doorbell of a QP's send ring: 0, or the module's errno. */
+static int ring_doorbell(struct metaroce_qp *qp)
+{
+	ssize_t n = write(qp->vqp.qp.context->cmd_fd, &qp->db_req,
+			  sizeof(qp->db_req));
+
+	if (n == (ssize_t)sizeof(qp->db_req))
+		return 0;
+	return n < 0 ? errno : EIO;
+}
+
 static int ring_post_send(struct metaroce_qp *qp, struct ibv_send_wr *wr,
 			  struct ibv_send_wr **bad_wr)
 {
 	struct metaroce_uring *r = &qp->sq;
-	struct ibv_send_wr *first = wr, *dummy;
+	struct ibv_send_wr *first = wr;
 	uint32_t prod, cons, start, inline_len;
 	int ret = 0;
 
@@ -262,7 +274,7 @@ static int ring_post_send(struct metaroce_qp *qp, struct ibv_send_wr *wr,
 		int db;
 
 		__atomic_store_n(r->producer, prod, __ATOMIC_RELEASE);
-		db = ibv_cmd_post_send(&qp->vqp.qp, NULL, &dummy);
+		db = ring_doorbell(qp);
 		if (db) {
 			/* The module refused (the QP is not in a sending state):
 			 * nothing was taken, withdraw it all. */
@@ -360,6 +372,14 @@ static int qp_use_rings(struct ibv_context *ctx, struct metaroce_qp *qp,
 	qp->max_send_sge = cap->max_send_sge;
 	qp->max_recv_sge = cap->max_recv_sge;
 	qp->max_inline = cap->max_inline_data;
+	qp->db_req.hdr.command = IB_USER_VERBS_CMD_POST_SEND;
+	qp->db_req.hdr.in_words = sizeof(qp->db_req) / 4;
+	qp->db_req.hdr.out_words = sizeof(qp->db_resp) / 4;
+	qp->db_req.response = (uintptr_t)&qp->db_resp;
+	qp->db_req.qp_handle = qp->vqp.qp.handle;
+	qp->db_req.wr_count = 0;
+	qp->db_req.sge_count = 0;
+	qp->db_req.wqe_size = sizeof(struct ibv_send_wr);
 	qp->path = &metaroce_qp_ring_path;
 	return 0;
 }
