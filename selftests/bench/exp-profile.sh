@@ -6,7 +6,8 @@
 #   METAROCE_ROOT=/var/cache/metaroce/root-perf tools/vm --flavour plain -- \
 #       env PROF_KO=out/x.ko bash selftests/bench/exp-profile.sh
 # PROF_MTU="LINK:RC" (default 65535:32768), PROF_RPS=MASK (default 3), PROF_QPS=N
-# (default 1); reports land in the run's out/vm-*/prof/.
+# (default 1), PROF_NETEM="netem args" (default none: the bare link; the bench's
+# lossless baseline is "loss 0%"); reports land in the run's out/vm-*/prof/.
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 . $HERE/lib/ktap.sh; . $HERE/lib/net.sh
 VB_LOGDIR=/tmp/vb; mkdir -p $VB_LOGDIR
@@ -17,12 +18,16 @@ m=${PROF_MTU:-65535:32768}
 ip netns exec hostA ip link set veth0 mtu "${m%%:*}"; ip netns exec hostB ip link set veth1 mtu "${m%%:*}"
 for d in "hostA veth0" "hostB veth1"; do set -- $d
   ip netns exec $1 sh -c "echo ${PROF_RPS:-3} > /sys/class/net/$2/queues/rx-0/rps_cpus"; done
+[ -z "${PROF_NETEM:-}" ] || for d in "hostA veth0" "hostB veth1"; do set -- $d
+  ip netns exec $1 tc qdisc add dev $2 root netem $PROF_NETEM; done
 echo 0 > /proc/sys/kernel/kptr_restrict; cat /proc/modules > /dev/null; echo -1 > /proc/sys/kernel/perf_event_paranoid
 report() { # NAME
   perf report -i /tmp/$1.data --no-children --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -50 > $OUTD/$1.sym.txt
   perf report -i /tmp/$1.data --no-children --sort dso --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -15 > $OUTD/$1.dso.txt
   perf report -i /tmp/$1.data --children --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -70 > $OUTD/$1.children.txt
   perf report -i /tmp/$1.data --no-children --sort sym --stdio -g caller,0.5,callee --percent-limit 3 2>/dev/null | grep -v '^#' | grep -v '^$' | head -300 > $OUTD/$1.callers.txt
+  # Every sample's stack, for selftests/bench/perf-fold.py on the host.
+  perf script -i /tmp/$1.data -F comm,ip,sym 2>/dev/null | gzip > $OUTD/$1.script.gz
 }
 KO=${PROF_KO:-$HERE/../rdma_metaroce.ko} mrc_insmod rc_mtu="${m#*:}" ${PROF_ARGS:-}
 ip netns exec hostA rdma link add mrcA type metaroce netdev veth0
