@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "metaroce.h"
@@ -85,6 +86,33 @@ int ibv_cmd_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
 		      struct ibv_recv_wr **bad_wr)
 {
 	return 0;
+}
+
+/* The send ring's doorbell: a post_send command with no work requests written
+ * to the command fd (the memfd standing in for the device). Anything else
+ * written there is a failure; other fds go to the system call. */
+static struct {
+	int calls;
+	int bad;
+	uint32_t qp_handle;
+} doorbells;
+
+ssize_t write(int fd, const void *buf, size_t n)
+{
+	const struct ibv_post_send *req = buf;
+
+	if (fd != ring_fd || ring_fd < 0)
+		return syscall(SYS_write, fd, buf, n);
+	if (n != sizeof(*req) || req->hdr.command != IB_USER_VERBS_CMD_POST_SEND ||
+	    req->hdr.in_words != sizeof(*req) / 4 || req->wr_count != 0 ||
+	    req->sge_count != 0 || !req->response) {
+		doorbells.bad++;
+		errno = EINVAL;
+		return -1;
+	}
+	doorbells.calls++;
+	doorbells.qp_handle = req->qp_handle;
+	return n;
 }
 
 int ibv_cmd_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
@@ -541,10 +569,13 @@ static void test_rings(void)
 
 	CHECK(metaroce_modify_qp(qp, &rts, IBV_QP_STATE) == 0);
 	posted.calls = 0;
+	doorbells.calls = 0;
 	/* Two fit; the third finds the ring full (nothing has completed). */
 	CHECK(metaroce_post_send(qp, w, &bad) == ENOMEM && bad == &w[2]);
 	CHECK(sq->producer == 2);
-	CHECK(posted.calls == 1 && posted.n == 0);	/* one doorbell */
+	/* One doorbell, for this QP, and no command carrying work requests. */
+	CHECK(doorbells.calls == 1 && doorbells.bad == 0 &&
+	      doorbells.qp_handle == qp->handle && posted.calls == 0);
 	CHECK(e0->wr_id == 11 && e0->opcode == IBV_WR_RDMA_WRITE_WITH_IMM &&
 	      e0->num_sge == 2 && e0->ex == htobe32(0xabcd) &&
 	      e0->remote_addr == 0x5000 && e0->rkey == 0x77);
@@ -576,6 +607,7 @@ static void test_rings(void)
 
 	/* Receives: no command at all. */
 	posted.calls = 0;
+	doorbells.calls = 0;
 	rw.wr_id = 21;
 	rw.num_sge = 2;
 	rw.sg_list = sg;
@@ -583,7 +615,7 @@ static void test_rings(void)
 	struct metaroce_recv_wqe *r0 = (void *)(k + RING_RQ_OFF + METAROCE_RING_ENTRIES);
 	CHECK(r0->wr_id == 21 && r0->num_sge == 2 &&
 	      ((struct metaroce_sge *)(r0 + 1))[1].lkey == 8);
-	CHECK(posted.calls == 0);
+	CHECK(posted.calls == 0 && doorbells.calls == 0);
 
 	/* Completions: written by the "kernel", polled without a command. */
 	cq = metaroce_create_cq(&fake_ctx, 4, NULL, 0);
