@@ -551,31 +551,15 @@ impl WorkIo<'_> {
             };
             return ret == 0;
         };
-        let daddr = u32::from_ne_bytes(d);
-        if !self.route.is_null() {
-            // SAFETY: As below; `route` is the live io context of this connected QP
-            // (see `new`), whose route cache the helper uses with bottom halves off.
-            let ret = unsafe {
-                raw::mrc_udp_xmit4_skb_cached(
-                    self.route,
-                    self.dev.sock(),
-                    daddr,
-                    src_port,
-                    self.dev.udp_port(),
-                    tos,
-                    skb,
-                    len,
-                )
-            };
-            return ret == 0;
-        }
-        // SAFETY: The device's socket is open while the device has QPs; the helper
-        // consumes the skb (caller's contract).
+        // SAFETY: The device's socket is open while the device has QPs; `route` is
+        // null or the live io context of this connected QP (see `new`), whose route
+        // cache the helper uses with bottom halves off; the helper consumes the skb
+        // (caller's contract).
         let ret = unsafe {
             raw::mrc_udp_xmit4_skb(
+                self.route,
                 self.dev.sock(),
-                0,
-                daddr,
+                u32::from_ne_bytes(d),
                 src_port,
                 self.dev.udp_port(),
                 tos,

@@ -918,7 +918,7 @@ static void mrc_udp_xmit4_mcast(struct sock *sk, struct rtable *rt, struct sk_bu
 	ip_local_out(sock_net(sk), sk, skb);
 }
 
-/* The route from `saddr` (0: the route chooses, and says which in `saddr`) to
+/* The route from `*saddr` (0: the route chooses, and says which in `*saddr`) to
  * `daddr` out of the device socket's bound device, or an ERR_PTR. */
 static struct rtable *mrc_route4(struct sock *sk, __be32 *saddr, __be32 daddr)
 {
@@ -960,43 +960,27 @@ static int mrc_udp_send4(struct sock *sk, struct rtable *rt, __be32 saddr, __be3
 /*
  * The tunnel transmit counts its recursion per CPU (iptunnel_xmit), so it must
  * not migrate, and the route cache is per CPU: bottom halves stay off around
- * both, as in a device's xmit. The engine calls these under its _bh lock; a
+ * both, as in a device's xmit. The engine calls this under its _bh lock; a
  * caller in plain process context would leak the counter until the CPU drops
  * every packet it sends ("Dead loop on virtual device").
  */
-int mrc_udp_xmit4_skb(struct socket *sock, __be32 saddr, __be32 daddr, u16 sport, u16 dport,
-		      u8 tos, struct sk_buff *skb, size_t len)
+int mrc_udp_xmit4_skb(struct mrc_qp_io *route, struct socket *sock, __be32 daddr, u16 sport,
+		      u16 dport, u8 tos, struct sk_buff *skb, size_t len)
 {
-	struct rtable *rt;
-	int err;
-
-	local_bh_disable();
-	rt = mrc_route4(sock->sk, &saddr, daddr);
-	if (IS_ERR(rt)) {
-		kfree_skb(skb);
-		err = PTR_ERR(rt);
-	} else {
-		err = mrc_udp_send4(sock->sk, rt, saddr, daddr, sport, dport, tos, skb, len);
-	}
-	local_bh_enable();
-	return err;
-}
-
-int mrc_udp_xmit4_skb_cached(struct mrc_qp_io *io, struct socket *sock, __be32 daddr, u16 sport,
-			     u16 dport, u8 tos, struct sk_buff *skb, size_t len)
-{
+	struct rtable *rt = NULL;
 	__be32 saddr = 0;
-	struct rtable *rt;
 	int err;
 
 	local_bh_disable();
-	/* A connected QP's destination changes only in a modify_qp before it
-	 * sends; a change drops every CPU's entry. */
-	if (unlikely(READ_ONCE(io->route_daddr) != daddr)) {
-		dst_cache_reset(&io->route);
-		WRITE_ONCE(io->route_daddr, daddr);
+	if (route) {
+		/* A connected QP's destination changes only in a modify_qp before
+		 * it sends; a change drops every CPU's entry. */
+		if (unlikely(READ_ONCE(route->route_daddr) != daddr)) {
+			dst_cache_reset(&route->route);
+			WRITE_ONCE(route->route_daddr, daddr);
+		}
+		rt = dst_cache_get_ip4(&route->route, &saddr);
 	}
-	rt = dst_cache_get_ip4(&io->route, &saddr);
 	if (!rt) {
 		rt = mrc_route4(sock->sk, &saddr, daddr);
 		if (IS_ERR(rt)) {
@@ -1004,7 +988,8 @@ int mrc_udp_xmit4_skb_cached(struct mrc_qp_io *io, struct socket *sock, __be32 d
 			local_bh_enable();
 			return PTR_ERR(rt);
 		}
-		dst_cache_set_ip4(&io->route, &rt->dst, saddr);
+		if (route)
+			dst_cache_set_ip4(&route->route, &rt->dst, saddr);
 	}
 	err = mrc_udp_send4(sock->sk, rt, saddr, daddr, sport, dport, tos, skb, len);
 	local_bh_enable();

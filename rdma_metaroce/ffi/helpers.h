@@ -227,17 +227,14 @@ struct sk_buff *mrc_tx_skb_frags(const u8 *hdr, unsigned int hl, struct mrc_frag
 struct sk_buff *mrc_tx_skb_alloc(unsigned int len, u8 **data);
 /* Sends the first `len` bytes written into `skb` (from mrc_tx_skb_alloc(); with the
  * bytes it already holds, if any: an skb from mrc_tx_skb_frags()) as one
- * UDP/IPv4 datagram from the device socket `sock` (a `saddr` of 0 lets the route
- * choose): route lookup (oif = the socket's bound device), UDP and IP headers
- * (udp_tunnel_xmit_skb() -> ip_local_out()). Consumes `skb` in every case.
- * Addresses in network byte order, ports in host order, `tos` carries the ECN
- * codepoint. 0 or -errno. */
-int mrc_udp_xmit4_skb(struct socket *sock, __be32 saddr, __be32 daddr, u16 sport, u16 dport,
-		      u8 tos, struct sk_buff *skb, size_t len);
-/* mrc_udp_xmit4_skb() for a connected QP (one destination: RC, UC) with a 0
- * `saddr`: the route comes from the QP's route cache while it stays valid. */
-int mrc_udp_xmit4_skb_cached(struct mrc_qp_io *io, struct socket *sock, __be32 daddr, u16 sport,
-			     u16 dport, u8 tos, struct sk_buff *skb, size_t len);
+ * UDP/IPv4 datagram from the device socket `sock`, the route choosing the source
+ * address: route lookup (oif = the socket's bound device), UDP and IP headers
+ * (udp_tunnel_xmit_skb() -> ip_local_out()). `route`, the io context of a
+ * connected QP (one destination: RC, UC) or NULL, caches the route while it stays
+ * valid. Consumes `skb` in every case. Address in network byte order, ports in
+ * host order, `tos` carries the ECN codepoint. 0 or -errno. */
+int mrc_udp_xmit4_skb(struct mrc_qp_io *route, struct socket *sock, __be32 daddr, u16 sport,
+		      u16 dport, u8 tos, struct sk_buff *skb, size_t len);
 /* The same over IPv6 from the IPv6 device socket (an all-zero `saddr` lets the
  * route choose); `tclass` carries the ECN codepoint. Consumes `skb`. */
 int mrc_udp_xmit6_skb(struct socket *sock, const u8 saddr[16], const u8 daddr[16], u16 sport,
