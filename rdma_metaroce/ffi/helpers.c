@@ -482,12 +482,16 @@ struct mrc_qp_io {
 	struct hrtimer timer;
 	/*
 	 * Longer deadlines (a path's RTO, a tail probe): the jiffies `deadline`
-	 * (0: none) is the truth and `wheel` only ever moves earlier, so arming
-	 * for a later time and disarming touch no timer. In a request/response
-	 * exchange every message arms and every ACK disarms: queueing and
-	 * cancelling a delayed work for each cost more than an ACK's handling.
-	 * A wheel timer that goes off for a deadline since moved or dropped
-	 * re-arms itself or does nothing, in softirq: no worker is woken.
+	 * (0: none) is the truth and `wheel` only ever moves earlier, so
+	 * disarming touches no timer and arming seldom does. In a request/
+	 * response exchange every message arms and every ACK disarms: queueing
+	 * and cancelling a delayed work for each cost more than an ACK's
+	 * handling. A wheel timer that goes off before the deadline (or after it
+	 * was dropped) re-arms itself (or does nothing), in softirq: no worker
+	 * is woken. Arming keeps the earlier of two deadlines, as the delayed
+	 * work did: runs on two CPUs arm after their locks, in either order, so
+	 * an older run's later deadline must not push back a newer run's
+	 * earlier one; an early deadline costs one run that finds nothing due.
 	 */
 	struct timer_list wheel;
 	unsigned long deadline;
@@ -584,11 +588,15 @@ static void mrc_qp_io_wheel_fn(struct timer_list *t)
 	if (!deadline || READ_ONCE(io->dying))
 		return;
 	if (time_before(jiffies, deadline))
-		/* Moved later since: wait for it (an arm meanwhile may have set
-		 * an earlier one, which stays). */
+		/* Dropped and armed again since, for later: wait for it (an arm
+		 * meanwhile may have set an earlier one, which stays). */
 		timer_reduce(&io->wheel, deadline);
-	else
+	else if (try_cmpxchg(&io->deadline, &deadline, 0))
+		/* Due: the run arms again for what it still waits for. */
 		queue_work_on(mrc_qp_io_home(io), mrc_wq, &io->work);
+	else
+		/* Changed meanwhile: an arm or a disarm saw to it. */
+		return;
 }
 
 static enum hrtimer_restart mrc_qp_io_timer_fn(struct hrtimer *t)
@@ -641,7 +649,7 @@ unsigned int mrc_qp_io_wants(struct mrc_qp_io *io)
 
 void mrc_qp_io_arm(struct mrc_qp_io *io, u64 usecs, bool precise)
 {
-	unsigned long deadline;
+	unsigned long deadline, old;
 
 	if (READ_ONCE(io->dying))
 		return;
@@ -658,13 +666,18 @@ void mrc_qp_io_arm(struct mrc_qp_io *io, u64 usecs, bool precise)
 	hrtimer_try_to_cancel(&io->timer);
 	/* 0 means none: a deadline that falls on it is a jiffy late. */
 	deadline = (jiffies + usecs_to_jiffies(usecs)) ?: 1;
-	WRITE_ONCE(io->deadline, deadline);
+	old = READ_ONCE(io->deadline);
+	do {
+		/* An earlier deadline stays (see struct mrc_qp_io). */
+		if (old && time_before_eq(old, deadline))
+			return;
+	} while (!try_cmpxchg(&io->deadline, &old, deadline));
 	/*
 	 * A wheel timer pending for an earlier time stays (it goes off, finds
-	 * this later deadline and re-arms for it); one pending for a later time,
-	 * or none, is set to this deadline (a path RTO of 10 ms left behind by a
-	 * tail probe, MR-5.5.2, must not hold up the next message's tail probe,
-	 * MR-5.3.4).
+	 * this deadline still ahead and re-arms for it); one pending for a later
+	 * time, or none, is set to this deadline (a path RTO of 10 ms left
+	 * behind by a tail probe, MR-5.5.2, must not hold up the next message's
+	 * tail probe, MR-5.3.4).
 	 */
 	timer_reduce(&io->wheel, deadline);
 }

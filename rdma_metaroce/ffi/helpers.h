@@ -117,12 +117,11 @@ void mrc_wq_fini(void);
 struct mrc_qp_io;
 struct mrc_qp_io *mrc_qp_io_new(void *owner, void (*run)(void *owner),
 				void (*fault)(void *owner));
-/* Runs the work as soon as possible (pulls a pending timer forward). */
+/* Runs the work as soon as possible (queues it on the QP's home CPU; timers stay). */
 void mrc_qp_io_kick(struct mrc_qp_io *io);
 /* Runs the QP after `usecs`: when `precise` and under a jiffy from the hrtimer
- * (re-armed), else from the work at jiffy resolution (the wheel timer is moved
- * earlier, never later: one pending for an earlier time goes off then and
- * re-arms itself for the deadline). */
+ * (re-armed), else from the work at jiffy resolution, unless an earlier such
+ * deadline is set (a disarm drops it). */
 void mrc_qp_io_arm(struct mrc_qp_io *io, u64 usecs, bool precise);
 /* How many kicks and arms there have been (a run's snapshot for mrc_qp_io_disarm,
  * taken under the QP's lock). */
