@@ -55,6 +55,10 @@ module! {
             default: 1,
             description: "1: RC payloads of 2 KiB or more from user memory leave as references to its pages (no copy on transmit); 0: copied into every packet",
         },
+        steer_bytes: u32 {
+            default: 4096,
+            description: "Received packets with at least this many payload bytes are copied on another CPU than the one they arrive on, and ACKs are handled on the CPU of their QP's doorbell (spec MR-10.3.5); 0 handles every packet where it arrives",
+        },
         rc_mtu: u32 {
             default: 0,
             description: "Payload bytes per packet of RC connections: 0 uses the QP's path_mtu; 256..65000 uses up to that many where the netdev's MTU leaves room (every host of the fabric must carry such frames)",

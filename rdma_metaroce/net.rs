@@ -89,10 +89,12 @@ pub(crate) enum Counter {
     OdpFaults,
     /// Page faults the QPs' fault work served (memory brought in for them).
     OdpFaultsServed,
+    /// Datagrams handed to another CPU for their QP's run (spec MR-10.3.5).
+    RxSteered,
 }
 
 /// Counter names as shown by `rdma statistic show link DEV/1`.
-pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 33] = [
+pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 34] = [
     c"rx_packets",
     c"rx_bytes",
     c"rx_malformed",
@@ -126,6 +128,7 @@ pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 33] = [
     c"cmd_polls",
     c"odp_faults",
     c"odp_faults_served",
+    c"rx_steered",
 ];
 
 /// Per-device counters (lock-free; updated from softirq).
@@ -198,5 +201,6 @@ mod tests {
         assert_eq!(COUNTER_NAMES[Counter::TxZeroCopy as usize], c"tx_zero_copy");
         assert_eq!(COUNTER_NAMES[Counter::CongestionRepaths as usize], c"congestion_repaths");
         assert_eq!(COUNTER_NAMES[Counter::StaleReadNaks as usize], c"stale_read_naks");
+        assert_eq!(COUNTER_NAMES[Counter::RxSteered as usize], c"rx_steered");
     }
 }

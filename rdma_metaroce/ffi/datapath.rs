@@ -15,7 +15,7 @@ use super::verbs::{ah_dgid, cq_of, qp_alloc_io, qp_of, srq_of};
 use super::{raw, IbDev};
 use crate::cq::Pushed;
 use crate::engine::{atomic_operands, Io, LocalOp, Received, SendRequest, Sge, Shared, UdDest};
-use crate::proto::wire::{PacketRepr, WireError};
+use crate::proto::wire::{Body, Opcode, PacketRepr, WireError};
 use crate::proto::{Ecn, Instant, WrOpcode};
 use core::ffi::{c_int, c_void};
 use core::ptr::NonNull;
@@ -725,6 +725,10 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
     let srq = (!srq_ptr.is_null()).then(|| unsafe { srq_of(srq_ptr) });
     // The engine takes SRQ WQEs as messages arrive (through `sh.srq`).
     let sh = Shared { mrs: &data.mrs, keys: &data.mr_keys, srq };
+    if matches!(origin, Origin::Doorbell | Origin::MappedDoorbell) {
+        // SAFETY: `io_ctx` is alive (see above).
+        unsafe { raw::mrc_qp_io_doorbell_here(io_ctx) };
+    }
     let mut rounds = 0;
     loop {
         rounds += 1;
@@ -989,27 +993,36 @@ impl<'a> UdpPayload<'a> {
     pub(super) unsafe fn with_headers(
         skb: *mut raw::sk_buff,
         pieces: &'a mut Pieces,
-    ) -> Option<(Self, Result<u32, WireError>)> {
+    ) -> Option<(Self, Result<Destination, WireError>)> {
         // SAFETY: Per the contract.
         let mut r = unsafe { Read::of(skb, Some(&mut *pieces), 0) }?;
         // SAFETY: The skb is alive (contract) and `pieces` is what `r` filled; the
         // view ends before `pieces` is written again.
-        let mut parsed = unsafe { r.view(Some(pieces)) }.dest_qpn();
-        if r.n_more > 0 && parsed == Err(WireError::Truncated) {
+        let mut parsed = unsafe { r.view(Some(pieces)) }.destination();
+        if r.n_more > 0 && matches!(parsed, Err(WireError::Truncated)) {
             // SAFETY: Per the contract; pulling may move the bytes `r` pointed at,
             // and `r` is replaced.
             r = unsafe { Read::of(skb, Some(&mut *pieces), crate::proto::wire::HEADERS_MAX) }?;
             // SAFETY: As for the first view.
-            parsed = unsafe { r.view(Some(pieces)) }.dest_qpn();
+            parsed = unsafe { r.view(Some(pieces)) }.destination();
         }
         let pieces: &'a Pieces = pieces;
         // SAFETY: The skb lives for `'a` (contract); `pieces` is what `r` filled.
         Some((unsafe { r.view(Some(pieces)) }, parsed))
     }
 
-    /// The core's parse of the packet: its destination QP number.
-    fn dest_qpn(&self) -> Result<u32, WireError> {
-        self.with_more(|more| PacketRepr::parse_scattered(self.first, more).map(|p| p.base.dest_qpn))
+    /// The core's parse of the packet: where the receive path hands it.
+    fn destination(&self) -> Result<Destination, WireError> {
+        self.with_more(|more| {
+            PacketRepr::parse_scattered(self.first, more).map(|p| Destination {
+                qpn: p.base.dest_qpn,
+                ack: p.base.opcode == Opcode::Ack,
+                read_len: match p.body {
+                    Body::Request { req, .. } if p.base.opcode == Opcode::ReadReq => req.msg_len,
+                    _ => 0,
+                },
+            })
+        })
     }
 
     /// Bytes of the payload, in all its pieces.
@@ -1040,20 +1053,57 @@ impl<'a> UdpPayload<'a> {
     }
 }
 
-/// Hands a received datagram for `qpn` to its QP (softirq). Returns the skb back if
-/// no such QP is live.
+/// What the receive path reads of a datagram's parse.
+pub(super) struct Destination {
+    /// The destination QP number.
+    pub(super) qpn: u32,
+    /// An acknowledgement (no payload to place).
+    pub(super) ack: bool,
+    /// The bytes a READ request asks for (0 for other packets).
+    pub(super) read_len: u32,
+}
+
+/// Spec: MR-10.3.5 — where a QP handles a received datagram: a payload of at least
+/// `steer_bytes` (the module parameter; 0 steers nothing) is copied on another CPU,
+/// and a READ request for as many bytes is answered there; an ACK is handled where
+/// the QP handles such packets, or if it has none, where its process rings its
+/// doorbell.
+pub(super) fn arrival_of(d: &Destination, payload_len: usize) -> c_int {
+    let steer = *crate::module_parameters::steer_bytes.value() as usize;
+    let arrival = match () {
+        _ if steer == 0 => raw::mrc_arrival_MRC_ARRIVAL_HERE,
+        _ if d.ack => raw::mrc_arrival_MRC_ARRIVAL_ACK,
+        _ if payload_len >= steer || d.read_len as usize >= steer => raw::mrc_arrival_MRC_ARRIVAL_BULK,
+        _ => raw::mrc_arrival_MRC_ARRIVAL_HERE,
+    };
+    arrival as c_int
+}
+
+/// Hands a received datagram for `qpn` to its QP (softirq): runs the QP here, or
+/// queues the datagram for a run on the CPU `arrival` steers it to (spec
+/// MR-10.3.5, [`arrival_of`]). Returns the skb back if no such QP is live.
 ///
 /// # Safety
 ///
 /// `skb` is owned by the caller; on `Ok` it is consumed.
-pub(super) unsafe fn deliver(dev: &IbDev, qpn: u32, skb: *mut raw::sk_buff) -> Result<(), *mut raw::sk_buff> {
+pub(super) unsafe fn deliver(
+    dev: &IbDev,
+    qpn: u32,
+    arrival: c_int,
+    skb: *mut raw::sk_buff,
+) -> Result<(), *mut raw::sk_buff> {
     let Some(qp) = dev.data().qp_table.lookup(qpn) else { return Err(skb) };
     // SAFETY: A live QP (table invariant; we are inside the RCU read section of the
     // UDP receive path, so `qp_stop` waits for us); its io context exists while it is
     // in the table. The UDP receive path is softirq, where `run_qp` may run.
     unsafe {
-        raw::mrc_qp_io_rx_push(qp_alloc_io(qp), skb);
-        run_qp(qp, Origin::Received);
+        let io = qp_alloc_io(qp);
+        if raw::mrc_qp_io_rx_steer(io, skb, arrival) {
+            dev.data().counters.add(crate::net::Counter::RxSteered, 1);
+        } else {
+            raw::mrc_qp_io_rx_push(io, skb);
+            run_qp(qp, Origin::Received);
+        }
     }
     Ok(())
 }
@@ -1084,7 +1134,8 @@ pub(super) unsafe fn deliver_multicast(dev: &IbDev, skb: *mut raw::sk_buff) -> u
             continue;
         }
         // SAFETY: We own `copy`; on success the QP's queue does.
-        match unsafe { deliver(dev, qpn, copy) } {
+        // UD: no steering (the copy is at most one MTU, and UD keeps no order).
+        match unsafe { deliver(dev, qpn, raw::mrc_arrival_MRC_ARRIVAL_HERE as c_int, copy) } {
             Ok(()) => taken += 1,
             // SAFETY: Handed back: still ours.
             Err(c) => unsafe { raw::mrc_kfree_skb(c) },

@@ -21,7 +21,7 @@ cflags_array=("$@")
 BINDGEN=${BINDGEN:-bindgen}
 
 allow_fn='ib_.*|_ib_alloc_device|rdma_.*|mrc_.*|register_netdevice_notifier|unregister_netdevice_notifier|get_device|put_device|udp_sock_create4|udp_sock_create6|setup_udp_tunnel_sock|udp_tunnel_sock_release|ip_local_out|ip6_local_out|ip_route_output_flow|addrconf_addr_eui48|ipv6_addr_.*|get_random_u32|rdma_alloc_hw_stats_struct'
-allow_ty='ib_.*|mrc_qp_io|mrc_ring_mem|mrc_piece|mrc_frag|metaroce_.*|ib_umem|rdma_hw_stats|rdma_stat_desc|rdma_.*|uverbs_attr_bundle|net_device|notifier_block|netdev_cmd|ib_device_ops|udp_port_cfg|udp_tunnel_sock_cfg'
+allow_ty='ib_.*|mrc_qp_io|mrc_arrival|mrc_ring_mem|mrc_piece|mrc_frag|metaroce_.*|ib_umem|rdma_hw_stats|rdma_stat_desc|rdma_.*|uverbs_attr_bundle|net_device|notifier_block|netdev_cmd|ib_device_ops|udp_port_cfg|udp_tunnel_sock_cfg'
 allow_var='IB_.*|METAROCE_.*|RDMA_.*|NETDEV_.*|ARPHRD_ETHER|NOTIFY_.*|E[A-Z0-9]+'
 
 cd "$KDIR"

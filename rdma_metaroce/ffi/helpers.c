@@ -500,6 +500,17 @@ struct mrc_qp_io {
 	struct sk_buff_head parked;
 	/* Serves the page faults a run met (on-demand paging): may sleep. */
 	struct work_struct fault_work;
+	/*
+	 * Runs the QP in softirq (a BH work item) on the CPU a received datagram
+	 * was steered to (mrc_qp_io_rx_steer, spec MR-10.3.5).
+	 */
+	struct work_struct steer_work;
+	/*
+	 * Where the QP's ACKs are handled (MR-10.3.5): the CPU its last large
+	 * datagram was steered to, or if none (-1), that of its last doorbell.
+	 */
+	int bulk_cpu;
+	int doorbell_cpu;
 	void *owner;
 	void (*run)(void *owner);
 	void (*fault)(void *owner);
@@ -545,6 +556,14 @@ static void mrc_qp_io_fn(struct work_struct *w)
 		io->run(io->owner);
 }
 
+static void mrc_qp_io_steer_fn(struct work_struct *w)
+{
+	struct mrc_qp_io *io = container_of(w, struct mrc_qp_io, steer_work);
+
+	if (!READ_ONCE(io->dying))
+		io->run(io->owner);
+}
+
 static void mrc_qp_io_fault_fn(struct work_struct *w)
 {
 	struct mrc_qp_io *io = container_of(w, struct mrc_qp_io, fault_work);
@@ -552,6 +571,9 @@ static void mrc_qp_io_fault_fn(struct work_struct *w)
 	if (!READ_ONCE(io->dying))
 		io->fault(io->owner);
 }
+
+/* Bounds the datagrams waiting for a QP's run on the CPU they were steered to. */
+#define MRC_QP_IO_STEERED 512
 
 /* Bounds the datagrams one QP keeps while its fault is served. */
 #define MRC_QP_IO_PARKED 64
@@ -622,6 +644,9 @@ struct mrc_qp_io *mrc_qp_io_new(void *owner, void (*run)(void *owner),
 	INIT_WORK(&io->work, mrc_qp_io_fn);
 	timer_setup(&io->wheel, mrc_qp_io_wheel_fn, 0);
 	INIT_WORK(&io->fault_work, mrc_qp_io_fault_fn);
+	INIT_WORK(&io->steer_work, mrc_qp_io_steer_fn);
+	io->bulk_cpu = -1;
+	io->doorbell_cpu = -1;
 	io->fault = fault;
 	hrtimer_setup(&io->timer, mrc_qp_io_timer_fn, CLOCK_MONOTONIC, HRTIMER_MODE_REL_PINNED_SOFT);
 	skb_queue_head_init(&io->rxq);
@@ -720,6 +745,56 @@ struct sk_buff *mrc_qp_io_rx_pop(struct mrc_qp_io *io)
 	return skb_dequeue(&io->rxq);
 }
 
+/*
+ * Spec: MR-10.3.5. A software link hands a packet to the receive queue of the
+ * CPU that transmitted it, so without steering the sender's transmission, the
+ * receiver's copy into memory and the sender's handling of the ACK all run on
+ * one CPU while the others idle. A large payload's copy (or a large READ's
+ * answer) goes to the next online CPU; an ACK goes where its QP handles those,
+ * or if it has none, to the CPU of its last doorbell, so that what a QP sends
+ * (clocked by ACKs and responses, MR-10.3.3) keeps leaving from one CPU.
+ */
+bool mrc_qp_io_rx_steer(struct mrc_qp_io *io, struct sk_buff *skb, int arrival)
+{
+	int here = smp_processor_id();
+	int to;
+
+	switch (arrival) {
+	case MRC_ARRIVAL_BULK:
+		to = cpumask_next_wrap(here, cpu_online_mask);
+		if (to != here && READ_ONCE(io->bulk_cpu) != to)
+			WRITE_ONCE(io->bulk_cpu, to);
+		break;
+	case MRC_ARRIVAL_ACK:
+		to = READ_ONCE(io->bulk_cpu);
+		if (to < 0)
+			to = READ_ONCE(io->doorbell_cpu);
+		break;
+	default:
+		return false;
+	}
+	if (to < 0 || to >= nr_cpu_ids || to == here || !cpu_online(to) || READ_ONCE(io->dying))
+		return false;
+	/* A backlog the other CPU does not keep up with is worked off here (the
+	 * receive path's own backpressure), not queued without bound. */
+	if (skb_queue_len_lockless(&io->rxq) >= MRC_QP_IO_STEERED)
+		return false;
+	/* Timers run where the datagrams are handled (MR-10.3.3). */
+	WRITE_ONCE(io->home, to);
+	skb_queue_tail(&io->rxq, skb);
+	/* A BH work queued on another CPU raises its softirq there through an IPI. */
+	queue_work_on(to, system_bh_wq, &io->steer_work);
+	return true;
+}
+
+void mrc_qp_io_doorbell_here(struct mrc_qp_io *io)
+{
+	int here = raw_smp_processor_id();
+
+	if (READ_ONCE(io->doorbell_cpu) != here)
+		WRITE_ONCE(io->doorbell_cpu, here);
+}
+
 void mrc_qp_io_free(struct mrc_qp_io *io)
 {
 	/*
@@ -734,9 +809,11 @@ void mrc_qp_io_free(struct mrc_qp_io *io)
 	hrtimer_cancel(&io->timer);
 	timer_delete_sync(&io->wheel);
 	cancel_work_sync(&io->work);
+	cancel_work_sync(&io->steer_work);
 	hrtimer_cancel(&io->timer);
 	timer_delete_sync(&io->wheel);
 	cancel_work_sync(&io->work);
+	cancel_work_sync(&io->steer_work);
 	/* A run that was still going may have queued the fault work again. */
 	cancel_work_sync(&io->fault_work);
 	skb_queue_purge(&io->rxq);

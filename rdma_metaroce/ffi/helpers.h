@@ -134,6 +134,21 @@ void mrc_qp_io_disarm(struct mrc_qp_io *io, unsigned int wants_seen);
 void mrc_qp_io_rx_push(struct mrc_qp_io *io, struct sk_buff *skb);
 /* The oldest queued skb, or NULL. */
 struct sk_buff *mrc_qp_io_rx_pop(struct mrc_qp_io *io);
+/* What a received datagram is, for where its QP handles it (mrc_qp_io_rx_steer). */
+enum mrc_arrival {
+	/* Handled where it arrives. */
+	MRC_ARRIVAL_HERE = 0,
+	/* A packet carrying a large payload: copied on another CPU. */
+	MRC_ARRIVAL_BULK = 1,
+	/* An acknowledgement: handled on the CPU of the QP's last doorbell. */
+	MRC_ARRIVAL_ACK = 2,
+};
+/* Queues a received skb for a run in softirq on another CPU, chosen by `arrival`
+ * (the receive-side steering of spec MR-10.3.5); false, having done nothing, if
+ * it should be handled on this CPU (the caller then pushes and runs). */
+bool mrc_qp_io_rx_steer(struct mrc_qp_io *io, struct sk_buff *skb, int arrival);
+/* The QP's process rang its doorbell on this CPU: acknowledgements go there. */
+void mrc_qp_io_doorbell_here(struct mrc_qp_io *io);
 /* Cancels the work and the timer (waiting for running ones), drops queued skbs,
  * frees. Process context; nobody may push or kick afterwards. */
 void mrc_qp_io_free(struct mrc_qp_io *io);

@@ -26,7 +26,9 @@ pub(super) unsafe extern "C" fn udp_rcv_cb(sk: *mut raw::sock, skb: *mut raw::sk
         let mut pieces = super::datapath::Pieces::new();
         let d = unsafe { super::datapath::UdpPayload::with_headers(skb, &mut pieces) };
         if let Some((d, parsed)) = d {
-            if let Some(qpn) = crate::net::receive(dev, d.len(), parsed) {
+            let len = d.len();
+            let qpn = crate::net::receive(dev, len, parsed.as_ref().map(|to| to.qpn).map_err(|e| *e));
+            if let (Some(qpn), Ok(to)) = (qpn, parsed) {
                 if qpn == crate::proto::ud::MULTICAST_QPN {
                     // SAFETY: We own the skb; it is consumed.
                     if unsafe { super::datapath::deliver_multicast(dev, skb) } == 0 {
@@ -35,7 +37,8 @@ pub(super) unsafe extern "C" fn udp_rcv_cb(sk: *mut raw::sock, skb: *mut raw::sk
                     return 0;
                 }
                 // SAFETY: We own the skb; on success the QP's queue owns it.
-                match unsafe { super::datapath::deliver(dev, qpn, skb) } {
+                let arrival = super::datapath::arrival_of(&to, len);
+                match unsafe { super::datapath::deliver(dev, qpn, arrival, skb) } {
                     Ok(()) => return 0,
                     Err(_) => crate::net::receive_no_connection(dev),
                 }

@@ -217,13 +217,15 @@ vb_round_trip_us() {
 
 # rping -V validates each round trip (server RDMA-reads the client's buffer, writes it
 # back); -v prints it, and every printed line must be exactly the pattern rping wrote:
-# "rdma-ping-N: " then letters from 'A'+N mod 58 cycling through 'A'..'z', 63 bytes.
+# "rdma-ping-N: " then letters from 'A'+N mod 58 cycling through 'A'..'z', up to
+# VB_RPING_SIZE - 1 bytes (rping -S; default 64, rping's own).
 VB_RPING_COUNT=${VB_RPING_COUNT:-1000}
+VB_RPING_SIZE=${VB_RPING_SIZE:-64}
 _vb_rping_expect() {
-    awk -v n="$VB_RPING_COUNT" -v pfx="$1" 'BEGIN {
+    awk -v n="$VB_RPING_COUNT" -v len="$((VB_RPING_SIZE - 1))" -v pfx="$1" 'BEGIN {
         for (p = 0; p < n; p++) {
             s = "rdma-ping-" p ": "; c = 65 + p % 58
-            while (length(s) < 63) { s = s sprintf("%c", c); if (++c > 122) c = 65 }
+            while (length(s) < len) { s = s sprintf("%c", c); if (++c > 122) c = 65 }
             print pfx s
         } }'
 }
@@ -241,10 +243,10 @@ _vb_rping_ok() {
 }
 vb_rping() { # DESC-SUFFIX
     local port=$((VB_PORT += 1))
-    VB_SRV=(rping -s -v -V -C "$VB_RPING_COUNT" -a "$VB_ADDR_B" -p "$port")
-    VB_CLI=(rping -c -v -V -C "$VB_RPING_COUNT" -a "$VB_ADDR_B" -p "$port")
+    VB_SRV=(rping -s -v -V -C "$VB_RPING_COUNT" -S "$VB_RPING_SIZE" -a "$VB_ADDR_B" -p "$port")
+    VB_CLI=(rping -c -v -V -C "$VB_RPING_COUNT" -S "$VB_RPING_SIZE" -a "$VB_ADDR_B" -p "$port")
     VB_PAIR_TIMEOUT=${VB_RPING_TIMEOUT:-$VB_TIMEOUT} \
-        _vb_pair "rping -c -v -V -C $VB_RPING_COUNT (rdma_cm; payloads checked)$1" _vb_rping_ok vb_cm_listening "$VB_ADDR_B" "$port"
+        _vb_pair "rping -c -v -V -C $VB_RPING_COUNT -S $VB_RPING_SIZE (rdma_cm; payloads checked)$1" _vb_rping_ok vb_cm_listening "$VB_ADDR_B" "$port"
 }
 
 # One full round of programs. UD has no retransmission: under loss a dropped datagram

@@ -27,15 +27,19 @@ check "load rdma_metaroce" mrc_insmod
 vb_suite
 check "rmmod rdma_metaroce after the suite" rmmod rdma_metaroce
 
-# rc_mtu_case RC_MTU LINK_MTU MIN_AVG [ZERO_COPY]: RC packets of up to RC_MTU bytes on
-# veths with LINK_MTU, the data checked end to end, and one ib_write_bw direction (A
-# sends data packets and no ACKs) whose packets must average more than MIN_AVG bytes.
-# With zero_copy_tx=ZERO_COPY (default 1) nine in ten of those packets at least carry
-# their payload as page references, or (0) none does.
+# rc_mtu_case RC_MTU LINK_MTU MIN_AVG [ZERO_COPY [STEER]]: RC packets of up to RC_MTU
+# bytes on veths with LINK_MTU, the data checked end to end, and one ib_write_bw
+# direction (A sends data packets and no ACKs) whose packets must average more than
+# MIN_AVG bytes. With zero_copy_tx=ZERO_COPY (default 1) nine in ten of those packets
+# at least carry their payload as page references, or (0) none does. With
+# steer_bytes=STEER (default: the module's) and more than one CPU, B hands received
+# packets of STEER bytes or more to another CPU (spec MR-10.3.5), or with 0 none; a
+# 64 KiB rping then checks READ and WRITE payloads both ways.
 rc_mtu_case() {
-    local mtu_rc=$1 mtu_link=$2 avg_min=$3 zc=${4:-1} pk0 by0 zc0 pk by zcd
+    local mtu_rc=$1 mtu_link=$2 avg_min=$3 zc=${4:-1} steer=${5:-} pk0 by0 zc0 pk by zcd st0 st
     vb_links_del; rm_hosts
-    check "load rdma_metaroce rc_mtu=$mtu_rc zero_copy_tx=$zc" mrc_insmod rc_mtu="$mtu_rc" zero_copy_tx="$zc"
+    check "load rdma_metaroce rc_mtu=$mtu_rc zero_copy_tx=$zc${steer:+ steer_bytes=$steer}" \
+        mrc_insmod rc_mtu="$mtu_rc" zero_copy_tx="$zc" ${steer:+steer_bytes=$steer}
     mk_hosts
     ip -n hostA link set veth0 mtu "$mtu_link"; ip -n hostB link set veth1 mtu "$mtu_link"
     check "rdma link add $VB_DEV_A and $VB_DEV_B on $mtu_link-byte veths" vb_links_add
@@ -43,11 +47,11 @@ rc_mtu_case() {
     vb_find_gids
     vb_pingpong " with rc_mtu=$mtu_rc (64 KiB messages)" ibv_rc_pingpong -s 65536
     pk0=$(vb_counter "$VB_DEV_A" tx_packets) by0=$(vb_counter "$VB_DEV_A" tx_bytes)
-    zc0=$(vb_counter "$VB_DEV_A" tx_zero_copy)
+    zc0=$(vb_counter "$VB_DEV_A" tx_zero_copy) st0=$(vb_counter "$VB_DEV_B" rx_steered)
     vb_perftest " with rc_mtu=$mtu_rc zero_copy_tx=$zc" ib_write_bw -s 65536
     pk=$(( $(vb_counter "$VB_DEV_A" tx_packets) - pk0 )) by=$(( $(vb_counter "$VB_DEV_A" tx_bytes) - by0 ))
-    zcd=$(( $(vb_counter "$VB_DEV_A" tx_zero_copy) - zc0 ))
-    ktap_diag "$VB_DEV_A sent $pk packets, $by bytes, $zcd with their payload's pages attached"
+    zcd=$(( $(vb_counter "$VB_DEV_A" tx_zero_copy) - zc0 )) st=$(( $(vb_counter "$VB_DEV_B" rx_steered) - st0 ))
+    ktap_diag "$VB_DEV_A sent $pk packets, $by bytes, $zcd with their payload's pages attached; $VB_DEV_B steered $st"
     check "its RDMA WRITE packets carried more than $avg_min bytes each on average" \
         test "$pk" -gt 0 -a "$by" -gt $((pk * avg_min))
     if [ "$zc" = 1 ]; then
@@ -55,6 +59,14 @@ rc_mtu_case() {
     else
         check "none of them went out by reference with zero_copy_tx=0" test "$zcd" -eq 0
     fi
+    if [ "$steer" = 0 ]; then
+        check "with steer_bytes=0 $VB_DEV_B handled every packet where it arrived (rx_steered)" test "$st" -eq 0
+    elif [ "$(nproc)" -gt 1 ]; then
+        # Each 64 KiB message is at least two such packets; A's ACKs are steered too.
+        check "$VB_DEV_B copied the large packets on another CPU (rx_steered, MR-10.3.5)" \
+            test "$st" -ge "$VB_ITERS"
+    fi
+    VB_RPING_SIZE=65000 VB_RPING_COUNT=100 vb_rping " with rc_mtu=$mtu_rc"
     vb_links_del; rm_hosts
     check "rmmod rdma_metaroce (rc_mtu=$mtu_rc)" rmmod rdma_metaroce
 }
@@ -65,8 +77,9 @@ rc_mtu_case 9000 9000 6000
 # Beyond Ethernet's jumbo frames, on a virtual link whose MTU allows it (MR-2.6.1
 # allows up to 65000): 64 KiB messages travel as two 32 KiB packets.
 rc_mtu_case 32768 65535 24000
-# The same with every payload copied into its packet.
-rc_mtu_case 32768 65535 24000 0
+# The same with every payload copied into its packet, and every packet handled on the
+# CPU it arrives on.
+rc_mtu_case 32768 65535 24000 0 0
 
 # reply_wait_us (spec MR-5.4.6): in a request/response exchange the answers carry
 # the acknowledgements, so most ACKs never travel as packets of their own; the data
