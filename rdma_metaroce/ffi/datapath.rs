@@ -339,6 +339,9 @@ struct WorkIo<'a> {
     /// ACKs built under the engine lock, sent once it is released
     /// ([`WorkIo::send_acks`]); an skb left here is freed with it.
     acks: HeldAcks,
+    /// A packet of at least `steer_bytes` left: the QP's ACKs are steered for a
+    /// while (spec MR-10.3.5).
+    sent_bulk: bool,
 }
 
 /// ACKs one round of a run holds until the engine lock is released: one per path
@@ -418,7 +421,7 @@ impl<'a> WorkIo<'a> {
         // SAFETY: Per the contract the QP is alive.
         let connected = matches!(unsafe { (*qp).qp_type }, raw::ib_qp_type_IB_QPT_RC | raw::ib_qp_type_IB_QPT_UC);
         let route = if connected { io_ctx } else { core::ptr::null_mut() };
-        WorkIo { dev, qp, route, notify: [false; 2], overflow: [false; 2], acks: HeldAcks::new() }
+        WorkIo { dev, qp, route, notify: [false; 2], overflow: [false; 2], acks: HeldAcks::new(), sent_bulk: false }
     }
 
     /// Spec: MR-10.3.4 — sends the ACKs the round held: outside the engine lock when
@@ -531,6 +534,13 @@ impl WorkIo<'_> {
     /// `skb` is ours, from `mrc_tx_skb_alloc` or `mrc_tx_skb_frags`, with at least
     /// `len` bytes written at its tail; it is consumed.
     unsafe fn send_skb(&mut self, dgid: &[u8; 16], src_port: u16, ecn: Ecn, skb: *mut raw::sk_buff, len: usize) -> bool {
+        if !self.sent_bulk {
+            let steer = *crate::module_parameters::steer_bytes.value() as usize;
+            // A paged skb (`len` 0) carries its payload in fragments.
+            // SAFETY: `skb` is ours (contract).
+            let bytes = if len == 0 { unsafe { raw::mrc_skb_len(skb) as usize } } else { len };
+            self.sent_bulk = steer != 0 && bytes >= steer;
+        }
         let tos = match ecn {
             Ecn::NotEct => 0,
             Ecn::Ect0 => 2,
@@ -785,6 +795,10 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
             (t, next, eng.precise_timers(), wants)
         };
         io.send_acks();
+        if io.sent_bulk {
+            // SAFETY: `io_ctx` is alive (see above).
+            unsafe { raw::mrc_qp_io_sent_bulk(io_ctx) };
+        }
         io.fire();
         if srq.is_some_and(|s| s.take_limit_event()) {
             // SAFETY: A live SRQ (see above).

@@ -10,6 +10,7 @@
 #include <linux/ip.h>
 #include <linux/ipv6.h>
 #include <net/inet_ecn.h>
+#include <net/netdev_rx_queue.h>
 #include <net/udp_tunnel.h>
 #include <net/route.h>
 #include <net/dst_cache.h>
@@ -511,6 +512,12 @@ struct mrc_qp_io {
 	 */
 	int bulk_cpu;
 	int doorbell_cpu;
+	/*
+	 * When the QP last sent a large packet (jiffies): only then are its ACKs
+	 * steered. A request/response exchange of small messages keeps them where
+	 * they arrive (an IPI per ACK lengthened its tail, MR-10.3.5).
+	 */
+	unsigned long bulk_tx;
 	void *owner;
 	void (*run)(void *owner);
 	void (*fault)(void *owner);
@@ -647,6 +654,8 @@ struct mrc_qp_io *mrc_qp_io_new(void *owner, void (*run)(void *owner),
 	INIT_WORK(&io->steer_work, mrc_qp_io_steer_fn);
 	io->bulk_cpu = -1;
 	io->doorbell_cpu = -1;
+	/* Not sent: a jiffy far enough back. */
+	io->bulk_tx = jiffies - 2 * HZ;
 	io->fault = fault;
 	hrtimer_setup(&io->timer, mrc_qp_io_timer_fn, CLOCK_MONOTONIC, HRTIMER_MODE_REL_PINNED_SOFT);
 	skb_queue_head_init(&io->rxq);
@@ -746,10 +755,30 @@ struct sk_buff *mrc_qp_io_rx_pop(struct mrc_qp_io *io)
 }
 
 /*
- * Spec: MR-10.3.5. A software link hands a packet to the receive queue of the
- * CPU that transmitted it, so without steering the sender's transmission, the
- * receiver's copy into memory and the sender's handling of the ACK all run on
- * one CPU while the others idle. A large payload's copy (or a large READ's
+ * The link spreads received packets over CPUs itself: several receive queues
+ * (a NIC's RSS) or receive packet steering configured on the queue. Steering
+ * them again only adds a hand-off: with RPS on a veth, MetaRoCE's steering
+ * took a fifth off four QPs' READ streams (MR-10.3.5).
+ */
+static bool mrc_rx_spread(const struct sk_buff *skb)
+{
+	const struct net_device *dev = skb->dev;
+
+	if (!dev || dev->real_num_rx_queues > 1)
+		return true;
+#ifdef CONFIG_RPS
+	if (rcu_access_pointer(dev->_rx[0].rps_map))
+		return true;
+#endif
+	return false;
+}
+
+/*
+ * Spec: MR-10.3.5. A software link (or a NIC with one receive queue and no
+ * RPS) hands a packet to the receive queue of the CPU that transmitted it, so
+ * without steering the sender's transmission, the receiver's copy into memory
+ * and the sender's handling of the ACK all run on one CPU while the others
+ * idle. A large payload's copy (or a large READ's
  * answer) goes to the next online CPU; an ACK goes where its QP handles those,
  * or if it has none, to the CPU of its last doorbell, so that what a QP sends
  * (clocked by ACKs and responses, MR-10.3.3) keeps leaving from one CPU.
@@ -759,6 +788,8 @@ bool mrc_qp_io_rx_steer(struct mrc_qp_io *io, struct sk_buff *skb, int arrival)
 	int here = smp_processor_id();
 	int to;
 
+	if (mrc_rx_spread(skb))
+		return false;
 	switch (arrival) {
 	case MRC_ARRIVAL_BULK:
 		to = cpumask_next_wrap(here, cpu_online_mask);
@@ -766,6 +797,8 @@ bool mrc_qp_io_rx_steer(struct mrc_qp_io *io, struct sk_buff *skb, int arrival)
 			WRITE_ONCE(io->bulk_cpu, to);
 		break;
 	case MRC_ARRIVAL_ACK:
+		if (time_after(jiffies, READ_ONCE(io->bulk_tx) + 1))
+			return false;
 		to = READ_ONCE(io->bulk_cpu);
 		if (to < 0)
 			to = READ_ONCE(io->doorbell_cpu);
@@ -785,6 +818,19 @@ bool mrc_qp_io_rx_steer(struct mrc_qp_io *io, struct sk_buff *skb, int arrival)
 	/* A BH work queued on another CPU raises its softirq there through an IPI. */
 	queue_work_on(to, system_bh_wq, &io->steer_work);
 	return true;
+}
+
+void mrc_qp_io_sent_bulk(struct mrc_qp_io *io)
+{
+	unsigned long now = jiffies;
+
+	if (READ_ONCE(io->bulk_tx) != now)
+		WRITE_ONCE(io->bulk_tx, now);
+}
+
+unsigned int mrc_skb_len(const struct sk_buff *skb)
+{
+	return skb->len;
 }
 
 void mrc_qp_io_doorbell_here(struct mrc_qp_io *io)

@@ -33,15 +33,24 @@ check "rmmod rdma_metaroce after the suite" rmmod rdma_metaroce
 # MIN_AVG bytes. With zero_copy_tx=ZERO_COPY (default 1) nine in ten of those packets
 # at least carry their payload as page references, or (0) none does. With
 # steer_bytes=STEER (default: the module's) and more than one CPU, B hands received
-# packets of STEER bytes or more to another CPU (spec MR-10.3.5), or with 0 none; a
-# 64 KiB rping then checks READ and WRITE payloads both ways.
+# packets of STEER bytes or more to another CPU (spec MR-10.3.5), or with 0 none, nor
+# with RPS=1, where both veths spread received packets over the CPUs themselves
+# (receive packet steering); a 64 KiB rping then checks READ and WRITE payloads both
+# ways.
 rc_mtu_case() {
-    local mtu_rc=$1 mtu_link=$2 avg_min=$3 zc=${4:-1} steer=${5:-} pk0 by0 zc0 pk by zcd st0 st
+    local mtu_rc=$1 mtu_link=$2 avg_min=$3 zc=${4:-1} steer=${5:-} rps=${6:-0} pk0 by0 zc0 pk by zcd st0 st
+    local on=; [ "$rps" = 1 ] && on=" on veths with RPS"
     vb_links_del; rm_hosts
-    check "load rdma_metaroce rc_mtu=$mtu_rc zero_copy_tx=$zc${steer:+ steer_bytes=$steer}" \
+    check "load rdma_metaroce rc_mtu=$mtu_rc zero_copy_tx=$zc${steer:+ steer_bytes=$steer}$on" \
         mrc_insmod rc_mtu="$mtu_rc" zero_copy_tx="$zc" ${steer:+steer_bytes=$steer}
     mk_hosts
     ip -n hostA link set veth0 mtu "$mtu_link"; ip -n hostB link set veth1 mtu "$mtu_link"
+    if [ "$rps" = 1 ]; then
+        local mask; mask=$(printf %x $(( (1 << $(nproc)) - 1 )))
+        check "receive packet steering over every CPU on both veths" \
+            bash -c "ip netns exec hostA sh -c 'echo $mask > /sys/class/net/veth0/queues/rx-0/rps_cpus' &&
+                     ip netns exec hostB sh -c 'echo $mask > /sys/class/net/veth1/queues/rx-0/rps_cpus'"
+    fi
     check "rdma link add $VB_DEV_A and $VB_DEV_B on $mtu_link-byte veths" vb_links_add
     check "both devices have their RoCE v2 GID" wait_for 10 vb_find_gids
     vb_find_gids
@@ -61,6 +70,8 @@ rc_mtu_case() {
     fi
     if [ "$steer" = 0 ]; then
         check "with steer_bytes=0 $VB_DEV_B handled every packet where it arrived (rx_steered)" test "$st" -eq 0
+    elif [ "$rps" = 1 ]; then
+        check "with RPS spreading them $VB_DEV_B handled every packet where it arrived (rx_steered)" test "$st" -eq 0
     elif [ "$(nproc)" -gt 1 ]; then
         # Each 64 KiB message is at least two such packets; A's ACKs are steered too.
         check "$VB_DEV_B copied the large packets on another CPU (rx_steered, MR-10.3.5)" \
@@ -68,7 +79,7 @@ rc_mtu_case() {
     fi
     VB_RPING_SIZE=65000 VB_RPING_COUNT=100 vb_rping " with rc_mtu=$mtu_rc"
     vb_links_del; rm_hosts
-    check "rmmod rdma_metaroce (rc_mtu=$mtu_rc)" rmmod rdma_metaroce
+    check "rmmod rdma_metaroce (rc_mtu=$mtu_rc$on)" rmmod rdma_metaroce
 }
 # Beyond verbs' largest MTU (4096) on a jumbo-frame link: 64 KiB writes take 8 packets
 # of at most 8888 bytes (9000 - 112 of headers), 8 KiB each on average; with verbs'
@@ -80,6 +91,8 @@ rc_mtu_case 32768 65535 24000
 # The same with every payload copied into its packet, and every packet handled on the
 # CPU it arrives on.
 rc_mtu_case 32768 65535 24000 0 0
+# The same on veths that spread received packets themselves (RPS): no steering on top.
+rc_mtu_case 32768 65535 24000 1 "" 1
 
 # reply_wait_us (spec MR-5.4.6): in a request/response exchange the answers carry
 # the acknowledgements, so most ACKs never travel as packets of their own; the data
