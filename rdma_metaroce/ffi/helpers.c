@@ -778,10 +778,10 @@ static bool mrc_rx_spread(const struct sk_buff *skb)
  * RPS) hands a packet to the receive queue of the CPU that transmitted it, so
  * without steering the sender's transmission, the receiver's copy into memory
  * and the sender's handling of the ACK all run on one CPU while the others
- * idle. A large payload's copy (or a large READ's
- * answer) goes to the next online CPU; an ACK goes where its QP handles those,
- * or if it has none, to the CPU of its last doorbell, so that what a QP sends
- * (clocked by ACKs and responses, MR-10.3.3) keeps leaving from one CPU.
+ * idle. A large payload's copy (or a large READ's answer) goes to the next
+ * online CPU; an ACK goes where its QP handles those, or if it has none, to
+ * the CPU of its last doorbell, so that what a QP sends (clocked by ACKs and
+ * responses, MR-10.3.3) keeps leaving from one CPU.
  */
 bool mrc_qp_io_rx_steer(struct mrc_qp_io *io, struct sk_buff *skb, int arrival)
 {
