@@ -527,6 +527,15 @@ impl Drop for TxSkb {
 }
 
 impl WorkIo<'_> {
+    /// Spec: MR-10.3.5 — notes a data packet of `bytes` leaving: one of at least
+    /// `steer_bytes` has the QP's ACKs steered for a while (see `run_qp`).
+    fn note_sent(&mut self, bytes: usize) {
+        if !self.sent_bulk {
+            let steer = *crate::module_parameters::steer_bytes.value() as usize;
+            self.sent_bulk = steer != 0 && bytes >= steer;
+        }
+    }
+
     /// Sends `skb`, with `len` more bytes written into its tailroom, to `dgid`.
     ///
     /// # Safety
@@ -534,13 +543,6 @@ impl WorkIo<'_> {
     /// `skb` is ours, from `mrc_tx_skb_alloc` or `mrc_tx_skb_frags`, with at least
     /// `len` bytes written at its tail; it is consumed.
     unsafe fn send_skb(&mut self, dgid: &[u8; 16], src_port: u16, ecn: Ecn, skb: *mut raw::sk_buff, len: usize) -> bool {
-        if !self.sent_bulk {
-            let steer = *crate::module_parameters::steer_bytes.value() as usize;
-            // A paged skb (`len` 0) carries its payload in fragments.
-            // SAFETY: `skb` is ours (contract).
-            let bytes = if len == 0 { unsafe { raw::mrc_skb_len(skb) as usize } } else { len };
-            self.sent_bulk = steer != 0 && bytes >= steer;
-        }
         let tos = match ecn {
             Ecn::NotEct => 0,
             Ecn::Ect0 => 2,
@@ -594,6 +596,7 @@ impl Io for WorkIo<'_> {
         }
         // Spec: MR-5.4.3 — ACKs built before this packet leave before it.
         self.send_acks();
+        self.note_sent(len);
         // SAFETY: We own the skb; it holds `len <= cap` written bytes in its tailroom.
         unsafe { self.send_skb(dgid, src_port, ecn, buf.into_raw(), len) }
     }
@@ -613,9 +616,11 @@ impl Io for WorkIo<'_> {
     }
 
     fn transmit_pages(&mut self, dgid: &[u8; 16], src_port: u16, ecn: Ecn, header: &[u8], frags: &mut TxFrags) -> bool {
+        let bytes = header.len() + frags.bytes;
         let Some(skb) = frags.into_skb(header) else { return false };
         // Spec: MR-5.4.3 — ACKs built before this packet leave before it.
         self.send_acks();
+        self.note_sent(bytes);
         // SAFETY: We own the complete skb (headers and fragments already added).
         unsafe { self.send_skb(dgid, src_port, ecn, skb.as_ptr(), 0) }
     }
@@ -1112,7 +1117,8 @@ pub(super) unsafe fn deliver(
     // in the table. The UDP receive path is softirq, where `run_qp` may run.
     unsafe {
         let io = qp_alloc_io(qp);
-        if raw::mrc_qp_io_rx_steer(io, skb, arrival) {
+        // Most packets stay here: no call for them.
+        if arrival != raw::mrc_arrival_MRC_ARRIVAL_HERE as c_int && raw::mrc_qp_io_rx_steer(io, skb, arrival) {
             dev.data().counters.add(crate::net::Counter::RxSteered, 1);
         } else {
             raw::mrc_qp_io_rx_push(io, skb);

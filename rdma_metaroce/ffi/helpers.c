@@ -828,11 +828,6 @@ void mrc_qp_io_sent_bulk(struct mrc_qp_io *io)
 		WRITE_ONCE(io->bulk_tx, now);
 }
 
-unsigned int mrc_skb_len(const struct sk_buff *skb)
-{
-	return skb->len;
-}
-
 void mrc_qp_io_doorbell_here(struct mrc_qp_io *io)
 {
 	int here = raw_smp_processor_id();

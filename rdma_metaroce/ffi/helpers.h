@@ -151,8 +151,6 @@ bool mrc_qp_io_rx_steer(struct mrc_qp_io *io, struct sk_buff *skb, int arrival);
 void mrc_qp_io_doorbell_here(struct mrc_qp_io *io);
 /* The QP sent a large packet: its ACKs are steered for the next jiffy or two. */
 void mrc_qp_io_sent_bulk(struct mrc_qp_io *io);
-/* skb->len */
-unsigned int mrc_skb_len(const struct sk_buff *skb);
 /* Cancels the work and the timer (waiting for running ones), drops queued skbs,
  * frees. Process context; nobody may push or kick afterwards. */
 void mrc_qp_io_free(struct mrc_qp_io *io);

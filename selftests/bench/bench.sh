@@ -37,7 +37,7 @@
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/../lib/ktap.sh"     # mrc_insmod
-. "$HERE/../lib/net.sh"      # mk_hosts, rm_hosts
+. "$HERE/../lib/net.sh"      # mk_hosts, rm_hosts, hosts_rps
 OUT=${1:?usage: bench.sh OUTDIR}
 # shellcheck disable=SC2034  # read by verbs.sh
 VB_LOGDIR=$OUT/bench-logs
@@ -364,9 +364,8 @@ unavailable() { # PART TR CONDS: every cell of the part as unavailable ($WHY)
 # --- part 1: one link, every condition ---------------------------------------------------
 link_rps() { # CASE: receive packet steering over every CPU for bandwidth cases if $RPS
     local mask=0
-    [ "$RPS" = 1 ] && [ "$1" != send_lat ] && mask=$(printf %x $(( (1 << $(nproc)) - 1 )))
-    ip netns exec hostA sh -c "echo $mask > /sys/class/net/veth0/queues/rx-0/rps_cpus"
-    ip netns exec hostB sh -c "echo $mask > /sys/class/net/veth1/queues/rx-0/rps_cpus"
+    [ "$RPS" = 1 ] && [ "$1" != send_lat ] && mask=$(all_cpus_mask)
+    hosts_rps "$mask"
 }
 part_link() {
     local tr cond case rep da db type

@@ -23,9 +23,8 @@ ga=$(vb_gid_index mrcA 198.18.0.1); gb=$(vb_gid_index mrcB 198.18.0.2)
 ra=$(vb_gid_index rxeA 198.18.0.1); rb=$(vb_gid_index rxeB 198.18.0.2)
 P=19000
 . $HERE/bench/lat-pair.sh
-rps() { local m=0; [ "$1" = 1 ] && m=$(printf %x $(( (1 << $(nproc)) - 1 )))
-  ip netns exec hostA sh -c "echo $m > /sys/class/net/veth0/queues/rx-0/rps_cpus"
-  ip netns exec hostB sh -c "echo $m > /sys/class/net/veth1/queues/rx-0/rps_cpus"; echo "== rps $1"; }
+rps() { local m=0; [ "$1" = 1 ] && m=$(all_cpus_mask)
+  hosts_rps "$m"; echo "== rps $1"; }
 for i in 1 2 3; do
  for r in ${LAT_RPS:-0}; do
   rps $r

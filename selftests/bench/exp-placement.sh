@@ -38,8 +38,7 @@ ga=$(vb_gid_index mrcA 198.18.0.1); gb=$(vb_gid_index mrcB 198.18.0.2)
 P=19300
 for c in ${PL_CASES:-3:3:-:-}; do
   IFS=: read -r ra rb cc sc <<< "$c"
-  ip netns exec hostA sh -c "echo $ra > /sys/class/net/veth0/queues/rx-0/rps_cpus"
-  ip netns exec hostB sh -c "echo $rb > /sys/class/net/veth1/queues/rx-0/rps_cpus"
+  hosts_rps "$ra" "$rb"
   for r in $(seq ${PL_RUNS:-3}); do
     P=$((P+1))
     ip netns exec hostB timeout 60 $(pin $sc) $TOOL -d mrcB -x $gb -p $P -F -s 65536 -q 1 -D 5 > /tmp/s.log 2>&1 &

@@ -18,8 +18,7 @@ VB_LOGDIR=/tmp/vb; mkdir -p $VB_LOGDIR
 mk_hosts
 link_mtu() { ip netns exec hostA ip link set veth0 mtu "$1"; ip netns exec hostB ip link set veth1 mtu "$1"; }
 if [ -n "${AB_RPS:-}" ]; then
-  ip netns exec hostA sh -c "echo $AB_RPS > /sys/class/net/veth0/queues/rx-0/rps_cpus"
-  ip netns exec hostB sh -c "echo $AB_RPS > /sys/class/net/veth1/queues/rx-0/rps_cpus"
+  hosts_rps "$AB_RPS"
   echo "rps_cpus: $(ip netns exec hostB cat /sys/class/net/veth1/queues/rx-0/rps_cpus)"
 fi
 if [ -n "${AB_NETEM:-}" ]; then

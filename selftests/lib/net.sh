@@ -21,6 +21,17 @@ rm_hosts() {
     true
 }
 
+# hosts_rps MASK_A [MASK_B]: receive packet steering of veth0 (hostA) and veth1
+# (hostB) over the CPUs in the hex masks (MASK_B defaults to MASK_A; 0 turns it
+# off, so each veth handles a packet on the CPU that sent it).
+hosts_rps() {
+    ip netns exec hostA sh -c "echo $1 > /sys/class/net/veth0/queues/rx-0/rps_cpus" &&
+        ip netns exec hostB sh -c "echo ${2:-$1} > /sys/class/net/veth1/queues/rx-0/rps_cpus"
+}
+
+# all_cpus_mask: the hex mask of every CPU (for hosts_rps).
+all_cpus_mask() { printf %x $(( (1 << $(nproc)) - 1 )); }
+
 A() { ip netns exec hostA "$@"; }
 B() { ip netns exec hostB "$@"; }
 

@@ -46,10 +46,7 @@ rc_mtu_case() {
     mk_hosts
     ip -n hostA link set veth0 mtu "$mtu_link"; ip -n hostB link set veth1 mtu "$mtu_link"
     if [ "$rps" = 1 ]; then
-        local mask; mask=$(printf %x $(( (1 << $(nproc)) - 1 )))
-        check "receive packet steering over every CPU on both veths" \
-            bash -c "ip netns exec hostA sh -c 'echo $mask > /sys/class/net/veth0/queues/rx-0/rps_cpus' &&
-                     ip netns exec hostB sh -c 'echo $mask > /sys/class/net/veth1/queues/rx-0/rps_cpus'"
+        check "receive packet steering over every CPU on both veths" hosts_rps "$(all_cpus_mask)"
     fi
     check "rdma link add $VB_DEV_A and $VB_DEV_B on $mtu_link-byte veths" vb_links_add
     check "both devices have their RoCE v2 GID" wait_for 10 vb_find_gids
