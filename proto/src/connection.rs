@@ -1531,8 +1531,9 @@ impl Connection {
         // own headers.
         if err == 0 && op.carries_payload() && !payload.is_empty() {
             // Spec: MR-4.3.3 — the final bytes of a message are placed only
-            // once the message (and every earlier one) is complete.
-            let now_deliverable = complete && req.msn == self.msg_cum;
+            // once the message (and every earlier one) is complete, and
+            // (MR-10.1.3) every copy of its other bytes is done.
+            let now_deliverable = complete && req.msn == self.msg_cum && mem.placed();
             // Spec: MR-4.4.6 — an ATOMIC_WRITE's 8 bytes are stored at its
             // delivery turn, as one unit: they always wait in the stash.
             let t = if op == Opcode::AtomicWrite || (last && !now_deliverable) {
@@ -1580,6 +1581,12 @@ impl Connection {
             let idx = (self.msg_cum % MSG_WINDOW) as usize;
             let s = self.msgs[idx];
             if !s.active || !s.complete || s.msn != self.msg_cum {
+                return;
+            }
+            // Spec: MR-10.1.3 — delivery (the tail, a completion, a READ or
+            // atomic, an invalidation) waits for every earlier copy.
+            if !mem.placed() {
+                self.delivery_stalled = Maybe::some(p as u8);
                 return;
             }
             let op = Opcode::from_u8(s.op).unwrap_or(Opcode::Send);
@@ -1723,8 +1730,9 @@ impl Connection {
     }
 
     /// Spec: MR-9.2.5 — resumes delivery stopped by memory that was not
-    /// resident; the caller has brought it in (or tries again). Does nothing
-    /// unless delivery stopped so.
+    /// resident; the caller has brought it in (or tries again). Spec:
+    /// MR-10.1.3 — likewise delivery held for copies not yet done
+    /// ([`Responder::placed`]). Does nothing unless delivery stopped so.
     pub fn resume_delivery<M: Memory>(&mut self, now: Instant, mem: &mut M) {
         if let Some(p) = self.delivery_stalled.take() {
             self.deliver(now.as_nanos(), p as usize, mem);

@@ -428,6 +428,16 @@ pub trait Responder {
     fn take_shared_recv(&mut self) -> Option<RecvWr> {
         None
     }
+    /// Whether every byte handed to [`Responder::write_remote`],
+    /// [`Responder::write_recv`] and [`LocalMemory::write_local`] so far is in
+    /// memory. Spec: MR-10.1.3 — an implementation that finishes a copy after
+    /// the call returned says `false` until it has; the connection then holds
+    /// delivery (MR-4.3.2) at the next message until
+    /// `Connection::resume_delivery`. The default: every copy is done
+    /// before the call returns.
+    fn placed(&mut self) -> bool {
+        true
+    }
 }
 
 /// Requester-side memory: the local buffers of posted send WRs, by `wr_id`.

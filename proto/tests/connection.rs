@@ -491,6 +491,41 @@ fn an_atomic_on_absent_memory_waits_for_resume_and_runs_once() {
 }
 
 #[test]
+fn delivery_waits_for_copies_still_under_way() {
+    // Spec: MR-10.1.3 — while the responder's copies are not done, no message
+    // is delivered: no tail placed (MR-4.3.3), no receive completion, no
+    // atomic executed, no delivery reported to the requester; all of it once
+    // delivery resumes.
+    let mut t = Pair::new(|_| {});
+    t.mb.regions.get_mut(&0x77).unwrap().1[0x800..0x808].copy_from_slice(&5u64.to_ne_bytes());
+    t.ma.set_local(1, vec![1; 300]);
+    t.ma.set_local(2, vec![2; 10]);
+    t.mb.set_recv(60, 100);
+    t.b.post_recv(RecvWr { wr_id: 60, len: 100 }).unwrap();
+    t.a.post_send(SendWr::write(1, 300, 0x1000, 0x77)).unwrap();
+    t.a.post_send(SendWr::send(2, 10)).unwrap();
+    t.a.post_send(SendWr::faa(3, 0x1800, 0x77, 3)).unwrap();
+    t.mb.unplaced = true;
+    t.run(5);
+    assert!(t.comps_a().is_empty());
+    assert!(t.comps_b().is_empty());
+    assert_eq!(t.mb.atomics_executed, 0);
+    // Everything but the WRITE's last 64 bytes is in (placed on arrival).
+    assert_eq!(&t.mb.region(0x77)[..236], &[1; 236][..]);
+    assert!(t.mb.region(0x77)[236..300].iter().all(|b| *b == 0));
+    t.mb.unplaced = false;
+    t.b.resume_delivery(Instant(t.now), &mut t.mb);
+    t.run(5);
+    let st: Vec<_> = t.comps_a().iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(st, vec![(1, WcStatus::Success), (2, WcStatus::Success), (3, WcStatus::Success)]);
+    assert_eq!(t.comps_b().len(), 1);
+    assert_eq!(&t.mb.region(0x77)[..300], &[1; 300][..]);
+    assert_eq!(t.mb.atomics_executed, 1);
+    assert_eq!(&t.mb.region(0x77)[0x800..0x808], &8u64.to_ne_bytes());
+    assert_eq!(t.b.stats().delivery_faults, 0);
+}
+
+#[test]
 fn out_of_bounds_and_misaligned_requests() {
     let mut t = Pair::new(|_| {});
     t.ma.set_local(1, vec![1; 100]);

@@ -104,9 +104,22 @@ fn exactly_once_across_configurations() {
 #[test]
 fn exactly_once_with_memory_faults() {
     for (seed, loss) in [(300u64, 0u64), (301, 10_000), (302, 50_000)] {
-        let r = mixed_faulting(loss, 5_000, 20_000, 400, seed, |_| {}, 50_000);
+        let r = mixed_faulting(loss, 5_000, 20_000, 400, seed, |_| {}, |_, m| m.m.fault_ppm = 50_000);
         assert!(r.all_ok(), "seed {seed} loss {loss}: {:#?}", r);
         assert!(r.mem_faults > 40, "seed {seed}: only {} faults", r.mem_faults);
+    }
+}
+
+/// Spec: MR-10.1.3 — copies that finish after the call (a driver copying
+/// outside the connection's lock) change nothing a consumer sees: every
+/// completion exactly once and in order, data in place at each completion,
+/// earlier WRITEs placed at a receive completion, last bytes last (MR-4.3.3).
+#[test]
+fn exactly_once_with_copies_finished_late() {
+    for (seed, loss) in [(310u64, 0u64), (311, 10_000), (312, 50_000)] {
+        let r = mixed_faulting(loss, 5_000, 20_000, 400, seed, |_| {}, |_, m| m.late_ppm = 300_000);
+        assert!(r.all_ok(), "seed {seed} loss {loss}: {:#?}", r);
+        assert!(r.late_copies > 100, "seed {seed}: only {} late copies", r.late_copies);
     }
 }
 

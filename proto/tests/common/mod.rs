@@ -58,6 +58,9 @@ pub struct VecMemory {
     /// seeded run stays the same).
     pub fault_ppm: u64,
     pub fault_seed: u64,
+    /// Copies are said to be still under way ([`Responder::placed`] false),
+    /// as with a driver that copies after the lock (spec MR-10.1.3).
+    pub unplaced: bool,
 }
 
 impl VecMemory {
@@ -95,7 +98,7 @@ impl VecMemory {
         self.faulted += 1;
         Err(MemError::Fault)
     }
-    fn range(&mut self, rkey: u32, va: u64, len: usize) -> Result<&mut [u8], MemError> {
+    pub fn range(&mut self, rkey: u32, va: u64, len: usize) -> Result<&mut [u8], MemError> {
         let (base, buf) = self.regions.get_mut(&rkey).ok_or(MemError::Access)?;
         let off = va.checked_sub(*base).ok_or(MemError::Access)? as usize;
         buf.get_mut(off..off.checked_add(len).ok_or(MemError::Access)?)
@@ -104,6 +107,9 @@ impl VecMemory {
 }
 
 impl Responder for VecMemory {
+    fn placed(&mut self) -> bool {
+        !self.unplaced
+    }
     fn write_remote(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
         self.resident()?;
         self.writes += 1;

@@ -86,16 +86,60 @@ impl Link {
 /// Memory wrapper that checks "last byte placed last" (spec MR-4.3.3):
 /// whenever a write covers a watched final byte, the whole watched message
 /// must already hold its expected contents.
+///
+/// It can also finish copies late, as a driver that copies after releasing
+/// the connection's lock does (spec MR-10.1.3): with probability `late_ppm`
+/// a write is checked, kept, and made only at [`SimMem::finish_copies`];
+/// [`Responder::placed`] is false meanwhile.
 #[derive(Default, Debug, Clone)]
 pub struct SimMem {
     pub m: VecMemory,
     pub watch: HashMap<(u32, u64), (u64, Vec<u8>)>,
     pub tail_violations: u64,
     pub tail_checks: u64,
+    pub late_ppm: u64,
+    pub late_seed: u64,
+    /// Writes checked but not yet made.
+    pub late: Vec<LateCopy>,
+    /// Writes that were made late, in all.
+    pub late_copies: u64,
 }
 
-impl Responder for SimMem {
-    fn write_remote(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
+/// A write [`SimMem`] makes later.
+#[derive(Debug, Clone)]
+pub enum LateCopy {
+    Remote(u32, u64, Vec<u8>),
+    Recv(u64, u32, Vec<u8>),
+    Local(u64, u32, Vec<u8>),
+}
+
+impl SimMem {
+    /// Whether the next write is left for later.
+    fn leave(&mut self) -> bool {
+        if self.late_ppm == 0 {
+            return false;
+        }
+        self.late_seed = self
+            .late_seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.late_seed >> 33) % 1_000_000 < self.late_ppm
+    }
+
+    /// Makes every write left for later, in the order they were asked.
+    pub fn finish_copies(&mut self) {
+        for c in std::mem::take(&mut self.late) {
+            self.late_copies += 1;
+            let r = match c {
+                LateCopy::Remote(k, va, d) => self.write_now(k, va, &d),
+                LateCopy::Recv(w, o, d) => self.m.write_recv(w, o, &d),
+                LateCopy::Local(w, o, d) => self.m.write_local(w, o, &d),
+            };
+            assert_eq!(r, Ok(()), "a late copy failed after its check passed");
+        }
+    }
+
+    fn write_now(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
         self.m.write_remote(rkey, va, data)?;
         let end = va + data.len() as u64;
         if !self.watch.is_empty() {
@@ -116,6 +160,20 @@ impl Responder for SimMem {
         }
         Ok(())
     }
+}
+
+impl Responder for SimMem {
+    fn write_remote(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
+        if self.leave() {
+            self.m.range(rkey, va, data.len())?;
+            self.late.push(LateCopy::Remote(rkey, va, data.to_vec()));
+            return Ok(());
+        }
+        self.write_now(rkey, va, data)
+    }
+    fn placed(&mut self) -> bool {
+        self.late.is_empty()
+    }
     fn read_remote(&mut self, rkey: u32, va: u64, out: &mut [u8]) -> Result<(), MemError> {
         self.m.read_remote(rkey, va, out)
     }
@@ -123,6 +181,13 @@ impl Responder for SimMem {
         self.m.atomic_remote(rkey, va, op)
     }
     fn write_recv(&mut self, wr_id: u64, offset: u32, data: &[u8]) -> Result<(), MemError> {
+        let fits = |m: &VecMemory| {
+            m.recv.get(&wr_id).is_some_and(|b| b.len() >= offset as usize + data.len())
+        };
+        if fits(&self.m) && self.leave() {
+            self.late.push(LateCopy::Recv(wr_id, offset, data.to_vec()));
+            return Ok(());
+        }
         self.m.write_recv(wr_id, offset, data)
     }
     fn invalidate(&mut self, rkey: u32) -> Result<(), MemError> {
@@ -135,6 +200,10 @@ impl LocalMemory for SimMem {
         self.m.read_local(wr_id, offset, out)
     }
     fn write_local(&mut self, wr_id: u64, offset: u32, data: &[u8]) -> Result<(), MemError> {
+        if self.leave() {
+            self.late.push(LateCopy::Local(wr_id, offset, data.to_vec()));
+            return Ok(());
+        }
         self.m.write_local(wr_id, offset, data)
     }
 }
@@ -374,7 +443,9 @@ impl Net {
                 self.enqueue(pkt);
             }
             let ep = &mut self.eps[i];
-            while let Some(c) = ep.conn.poll_completion() {
+            // Spec: MR-10.1.3 — completions wait for late copies.
+            while ep.mem.late.is_empty() {
+                let Some(c) = ep.conn.poll_completion() else { break };
                 ep.completions.push((self.now, c));
             }
         }
@@ -424,7 +495,12 @@ impl Net {
             if ep.conn.poll_timeout().map(|d| d <= now).unwrap_or(false) {
                 ep.conn.handle_timeout(now);
             }
-            // A driver resumes delivery once a fault is served (MR-9.2.5).
+            // Late copies finish at a random later step (MR-10.1.3).
+            if !ep.mem.late.is_empty() && self.rng.below(2) == 0 {
+                ep.mem.finish_copies();
+            }
+            // A driver resumes delivery once a fault is served (MR-9.2.5),
+            // or its late copies are done (MR-10.1.3).
             ep.conn.resume_delivery(now, &mut ep.mem);
         }
         self.pump();

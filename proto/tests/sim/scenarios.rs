@@ -1,6 +1,6 @@
 //! The simulator scenarios behind the figures in the spec and README.
 
-use super::{jain_permille, LinkCfg, Net};
+use super::{jain_permille, LinkCfg, Net, SimMem};
 use metaroce_proto::{Config, PathStatus, Recovery, RecvWr, SendWr, WcOpcode, WcStatus};
 use std::collections::{HashMap, VecDeque};
 
@@ -159,6 +159,8 @@ pub struct MixedResult {
     pub retx: u64,
     /// Memory accesses refused as not resident, both ends.
     pub mem_faults: u64,
+    /// Writes made late (MR-10.1.3), both ends.
+    pub late_copies: u64,
     pub errors: Vec<String>,
 }
 
@@ -194,12 +196,13 @@ pub fn mixed_cfg(
     seed: u64,
     tweak: impl Fn(&mut Config),
 ) -> MixedResult {
-    mixed_faulting(loss_ppm, dup_ppm, reorder_ppm, nops, seed, tweak, 0)
+    mixed_faulting(loss_ppm, dup_ppm, reorder_ppm, nops, seed, tweak, |_, _| {})
 }
 
-/// [`mixed_cfg`] where every memory access of either end finds its memory
-/// not resident with probability `fault_ppm` per million (on-demand paging,
-/// MR-9.2.5); the simulated driver resumes delivery at every step.
+/// [`mixed_cfg`] with each end's memory set up by `mem(end, memory)`: for
+/// instance accesses that find memory not resident (`fault_ppm`, on-demand
+/// paging, MR-9.2.5) or copies finished late (`late_ppm`, MR-10.1.3); the
+/// simulated driver resumes delivery at every step.
 pub fn mixed_faulting(
     loss_ppm: u64,
     dup_ppm: u64,
@@ -207,7 +210,7 @@ pub fn mixed_faulting(
     nops: u64,
     seed: u64,
     tweak: impl Fn(&mut Config),
-    fault_ppm: u64,
+    mem: impl Fn(usize, &mut SimMem),
 ) -> MixedResult {
     const AREA: u64 = 32 << 10;
     let mut n = net(2, seed);
@@ -219,9 +222,9 @@ pub fn mixed_faulting(
     });
     let (a, b) = n.connect(0, 1, 0x31, 0x42, tweak);
     for (i, ep) in [a, b].into_iter().enumerate() {
-        let m = &mut n.eps[ep].mem.m;
-        m.fault_ppm = fault_ppm;
-        m.fault_seed = seed ^ (0x0dd5 << i);
+        n.eps[ep].mem.m.fault_seed = seed ^ (0x0dd5 << i);
+        n.eps[ep].mem.late_seed = seed ^ (0x1a7e << i);
+        mem(i, &mut n.eps[ep].mem);
     }
     {
         let m = &mut n.eps[b].mem.m;
@@ -490,6 +493,7 @@ pub fn mixed_faulting(
     res.tail_violations = n.eps[b].mem.tail_violations;
     res.tail_checks = n.eps[b].mem.tail_checks;
     res.mem_faults = u64::from(n.eps[a].mem.m.faulted) + u64::from(n.eps[b].mem.m.faulted);
+    res.late_copies = n.eps[a].mem.late_copies + n.eps[b].mem.late_copies;
     res.ns = n.now;
     res.retx = n.eps[a].conn.stats().tx_retx;
     res
