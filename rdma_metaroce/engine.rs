@@ -12,7 +12,7 @@
 //! [`Io`] that transmits (GFP_ATOMIC) and completes.
 
 use crate::cq::{Grh, Wc};
-use crate::ffi::{TxFrags, UserQueues};
+use crate::ffi::{LaterCopies, TxFrags, UserQueues};
 use crate::ids::IdTable;
 use crate::mr::{Accessor, Bind, FaultAt, MrTable, Need, PdId, QpId};
 use crate::net::{Counter, Counters};
@@ -406,6 +406,11 @@ pub(crate) struct Engine {
     /// Memory a run found not resident (spec MR-9.2.5), waiting for the QP's fault
     /// work ([`Engine::take_fault`]), which runs the QP again once it is in.
     fault: Option<FaultAt>,
+    /// Runs whose copies into memory are under way after they released the engine
+    /// (spec MR-10.1.3, [`LaterCopies`]): while any are, no message is delivered and
+    /// no completion is handed to the consumer. Not touched by a reset: the runs
+    /// count themselves out whatever the QP's state.
+    copies_out: u32,
 }
 
 /// Total byte length of a scatter/gather list (`EINVAL` beyond 2^31).
@@ -483,6 +488,7 @@ impl Engine {
             held_ns: 0,
             runs: 0,
             fault: None,
+            copies_out: 0,
         })
     }
 
@@ -740,6 +746,20 @@ impl Engine {
         self.publish_consumed();
     }
 
+    /// A run is about to release the engine with copies still to do (spec
+    /// MR-10.1.3); returns how many runs have copies under way now.
+    pub(crate) fn copies_begin(&mut self) -> u32 {
+        self.copies_out += 1;
+        self.copies_out
+    }
+
+    /// A run's copies are done; true if no other run has any under way (then the
+    /// caller runs the engine: delivery and completions waited for this).
+    pub(crate) fn copies_end(&mut self) -> bool {
+        self.copies_out = self.copies_out.saturating_sub(1);
+        self.copies_out == 0
+    }
+
     /// Accounts one run of the data path that held the engine for `ns`.
     pub(crate) fn account_run(&mut self, ns: u64) {
         self.held_ns = self.held_ns.wrapping_add(ns);
@@ -910,20 +930,31 @@ impl Engine {
     /// if it was refused because memory it needs is not resident (spec MR-9.2.5):
     /// the caller may keep it and hand it in again once the fault is served,
     /// sparing the peer a retransmission.
-    pub(crate) fn on_datagram(&mut self, sh: &Shared<'_>, io: &mut impl Io, now: Instant, d: &Received<'_>) -> bool {
+    ///
+    /// `later`: where copies of payload into pinned memory may be left for after the
+    /// engine is released (spec MR-10.1.3); `None` copies everything now.
+    pub(crate) fn on_datagram(
+        &mut self,
+        sh: &Shared<'_>,
+        io: &mut impl Io,
+        now: Instant,
+        d: &Received<'_>,
+        later: Option<&mut LaterCopies>,
+    ) -> bool {
         let (src_port, ce, bytes) = (d.src_port, d.ce, d.bytes);
         match self.ty {
             QpType::Rc | QpType::Uc => {
                 if !self.connected {
                     return false;
                 }
-                let Engine { conn, q, accessor, access, counters, errored, fault, .. } = self;
+                let Engine { conn, q, accessor, access, counters, errored, fault, copies_out, .. } = self;
                 let Some(conn) = conn.as_mut() else { return false };
                 // Every posted receive is the connection's before a message needs it.
                 if !*errored {
                     feed_receives(q, conn);
                 }
-                let mut mem = QpMemory { sh, q, by: *accessor, access: *access, counters, pages: None, fault };
+                let unplaced = *copies_out > 0;
+                let mut mem = QpMemory { sh, q, by: *accessor, access: *access, counters, pages: None, fault, later, unplaced };
                 let refused = conn.stats().rx_faults;
                 conn.handle_scattered(now, src_port, ce, bytes, d.more, &mut mem);
                 conn.stats().rx_faults != refused
@@ -959,7 +990,17 @@ impl Engine {
             IpPair::V6(s, dst) => (grh_ipv6(&s, &dst, d.payload.len()), Grh::Ipv6),
         };
         let fault = &mut self.fault;
-        let mut mem = QpMemory { sh, q: &mut self.q, by: self.accessor, access: self.access, counters: &mut self.counters, pages: None, fault };
+        let mut mem = QpMemory {
+            sh,
+            q: &mut self.q,
+            by: self.accessor,
+            access: self.access,
+            counters: &mut self.counters,
+            pages: None,
+            fault,
+            later: None,
+            unplaced: false,
+        };
         let r = mem.write_recv(idx as u64, 0, &grh).and_then(|()| mem.write_recv(idx as u64, GRH_LEN as u32, d.payload));
         // Spec: MR-9.2.5 — a receive buffer not resident: the datagram is
         // refused, the WQE stays for it, the fault work brings the buffer in (and
@@ -1037,8 +1078,9 @@ impl Engine {
         // goes on while the ACK and the next packets are built and sent.
         self.retire_ready(io);
         let mut local_failed = false;
-        let Engine { conn, q, accessor, access, counters, remote_gid, tx, tx_large, tx_by_ref, fault, .. } = self;
+        let Engine { conn, q, accessor, access, counters, remote_gid, tx, tx_large, tx_by_ref, fault, copies_out, .. } = self;
         let conn = conn.as_mut()?;
+        let unplaced = *copies_out > 0;
         if rx_drained && conn.poll_timeout().is_some_and(|t| t <= now) {
             conn.handle_timeout(now);
         }
@@ -1046,7 +1088,7 @@ impl Engine {
         // (the fault work ran the QP once it brought the memory in).
         if fault.is_none() {
             let (q, counters, fault) = (&mut *q, &mut *counters, &mut *fault);
-            let mut mem = QpMemory { sh, q, by: *accessor, access: *access, counters, pages: None, fault };
+            let mut mem = QpMemory { sh, q, by: *accessor, access: *access, counters, pages: None, fault, later: None, unplaced };
             conn.resume_delivery(now, &mut mem);
         }
         // Hand posted work to the connection while it has room; memory operations
@@ -1119,7 +1161,7 @@ impl Engine {
             // the list is large enough that making it, or moving it in and out of
             // `mem`, for each packet cost more than building an ACK.
             let pages = by_ref.then(|| TakePages { frags: None, base: tx.as_ptr() as usize, on: false });
-            let mut mem = QpMemory { sh, q, by: *accessor, access: *access, counters, pages, fault };
+            let mut mem = QpMemory { sh, q, by: *accessor, access: *access, counters, pages, fault, later: None, unplaced };
             let mut sent = 0;
             let want = conn.max_packet_len();
             // Packets with payload from user memory leave with the pages attached
@@ -1223,14 +1265,18 @@ impl Engine {
         }
     }
 
-    /// Takes the connection's completions and delivers what is finished.
+    /// Takes the connection's completions and delivers what is finished, unless
+    /// copies are under way (spec MR-10.1.3: a completion, a READ's in particular,
+    /// promises bytes in memory).
     fn retire_ready(&mut self, io: &mut impl Io) {
         if let Some(conn) = self.conn.as_mut() {
             while let Some(c) = conn.poll_completion() {
                 Self::record(&mut self.q, c);
             }
         }
-        self.retire(io);
+        if self.copies_out == 0 {
+            self.retire(io);
+        }
     }
 
     /// Delivers finished work in posting order.
@@ -1381,7 +1427,8 @@ impl Engine {
             let hdr = ud_header_room();
             let status = {
                 let Engine { q, accessor, access, counters, tx, qpn, qkey, src_port, fault, .. } = self;
-                let mut mem = QpMemory { sh, q, by: *accessor, access: *access, counters, pages: None, fault };
+                let mut mem =
+                    QpMemory { sh, q, by: *accessor, access: *access, counters, pages: None, fault, later: None, unplaced: false };
                 // Gather the payload behind the room the header needs, then build the
                 // datagram around it.
                 let body = &mut tx[hdr..];
@@ -1553,6 +1600,11 @@ struct QpMemory<'a, 'b> {
     /// The first memory found not resident (spec MR-9.2.5), for the QP's fault
     /// work (the engine's [`Engine::fault`]).
     fault: &'a mut Option<FaultAt>,
+    /// While a received datagram is handed in: where copies into pinned memory are
+    /// left for after the engine is released (spec MR-10.1.3).
+    later: Option<&'a mut LaterCopies>,
+    /// Other runs' copies are under way ([`Engine::copies_out`]).
+    unplaced: bool,
 }
 
 impl TakePages {
@@ -1590,31 +1642,77 @@ impl QpMemory<'_, '_> {
         }
     }
 
-    /// Walks the SGEs of a slot, calling `f(sge, offset_in_sge, range_in_data)` for
-    /// each piece of `[offset, offset + len)`.
-    fn walk(
-        sges: &[Sge],
+    /// Walks `n` SGEs (`sge_at(ctx, j)` is the `j`th), calling
+    /// `f(ctx, sge, offset_in_sge, range_in_data)` for each piece of
+    /// `[offset, offset + len)`; an access error if they hold fewer bytes.
+    fn walk<C>(
+        ctx: &mut C,
+        sge_at: impl Fn(&C, usize) -> Option<Sge>,
+        n: usize,
         offset: u32,
         len: usize,
-        mut f: impl FnMut(&Sge, u64, core::ops::Range<usize>) -> Result<(), MemError>,
+        mut f: impl FnMut(&mut C, &Sge, u64, core::ops::Range<usize>) -> Result<(), MemError>,
     ) -> Result<(), MemError> {
         let mut skip = offset as u64;
         let mut done = 0usize;
-        for s in sges {
+        for j in 0..n {
             if done == len {
                 break;
             }
+            let Some(s) = sge_at(ctx, j) else { break };
             let sl = u64::from(s.length);
             if skip >= sl {
                 skip -= sl;
                 continue;
             }
-            let n = core::cmp::min(sl - skip, (len - done) as u64) as usize;
-            f(s, skip, done..done + n)?;
-            done += n;
+            let k = core::cmp::min(sl - skip, (len - done) as u64) as usize;
+            f(ctx, &s, skip, done..done + k)?;
+            done += k;
             skip = 0;
         }
         if done == len { Ok(()) } else { Err(MemError::Access) }
+    }
+
+    /// [`Self::walk`] over the `n` SGEs at `base` of the send (`send`) or receive
+    /// queue's SGE table, with this memory as the context (`f` may place).
+    fn walk_slot(
+        &mut self,
+        send: bool,
+        base: usize,
+        n: usize,
+        offset: u32,
+        len: usize,
+        f: impl FnMut(&mut Self, &Sge, u64, core::ops::Range<usize>) -> Result<(), MemError>,
+    ) -> Result<(), MemError> {
+        let sge_at = |this: &Self, j: usize| {
+            let table = if send { &this.q.sq_sge } else { &this.q.rq_sge };
+            table.get(base + j).copied()
+        };
+        Self::walk(self, sge_at, n, offset, len, f)
+    }
+
+    /// Copies `data` into the memory `key` names at `va`, after the checks of an
+    /// access `need`s; a copy into pinned user memory that [`LaterCopies`] takes is
+    /// left for after the engine is released (spec MR-10.1.3), the checks made now.
+    fn place(&mut self, key: u32, va: u64, need: Need, data: &[u8]) -> Result<(), MemError> {
+        let (sh, by, fault) = (self.sh, self.by, &mut *self.fault);
+        if let Some(later) = self.later.as_deref_mut().filter(|l| l.takes(data)) {
+            let mut left = false;
+            let r = sh.mrs.access(sh.keys, key, by, va, data.len(), need, fault, |m, iova, o| {
+                if m.pinned() {
+                    left = true;
+                    Ok(())
+                } else {
+                    m.write(iova, o, data)
+                }
+            });
+            if r.is_ok() && left && !later.push(key, va, need, by, data) {
+                // `takes` said there is room; should it not be, copy now.
+                return sh.mrs.access(sh.keys, key, by, va, data.len(), need, fault, |m, iova, o| m.write(iova, o, data));
+            }
+            return r;
+        }
+        sh.mrs.access(sh.keys, key, by, va, data.len(), need, fault, |m, iova, o| m.write(iova, o, data))
     }
 
     /// Counts a failed access: a fault (memory not resident, spec MR-9.2.5) or an
@@ -1643,22 +1741,22 @@ impl LocalMemory for QpMemory<'_, '_> {
             out.copy_from_slice(&self.q.sq_inline[start..end]);
             return Ok(());
         }
-        let base = i * self.q.max_send_sge;
-        let sges = &self.q.sq_sge[base..base + s.nsge as usize];
-        let (sh, by, fault) = (self.sh, self.by, &mut *self.fault);
-        if let Some(p) = self.pages.as_mut().filter(|p| p.on && out.len() >= PAGES_MIN) {
-            let r = Self::walk(sges, offset, out.len(), |sge, off, range| {
-                sh.mrs.access(sh.keys, sge.lkey, by, sge.addr + off, range.len(), Need::LocalRead, fault, |m, iova, o| {
+        let (base, n) = (i * self.q.max_send_sge, s.nsge as usize);
+        let (sh, by) = (self.sh, self.by);
+        if self.pages.as_ref().is_some_and(|p| p.on && out.len() >= PAGES_MIN) {
+            let r = self.walk_slot(true, base, n, offset, out.len(), |this, sge, off, range| {
+                let Some(p) = this.pages.as_mut() else { return Err(MemError::Access) };
+                sh.mrs.access(sh.keys, sge.lkey, by, sge.addr + off, range.len(), Need::LocalRead, this.fault, |m, iova, o| {
                     m.take_pages(iova, o, range.len(), p.frags())
                 })
             });
-            if p.taken(r, out) {
+            if self.pages.as_mut().is_some_and(|p| p.taken(r, out)) {
                 return Ok(());
             }
         }
-        let r = Self::walk(sges, offset, out.len(), |sge, off, range| {
+        let r = self.walk_slot(true, base, n, offset, out.len(), |this, sge, off, range| {
             let buf = &mut out[range];
-            sh.mrs.access(sh.keys, sge.lkey, by, sge.addr + off, buf.len(), Need::LocalRead, fault, |m, iova, o| m.read(iova, o, buf))
+            sh.mrs.access(sh.keys, sge.lkey, by, sge.addr + off, buf.len(), Need::LocalRead, this.fault, |m, iova, o| m.read(iova, o, buf))
         });
         self.count(r)
     }
@@ -1667,11 +1765,8 @@ impl LocalMemory for QpMemory<'_, '_> {
         let i = wr_id as usize;
         let Some(s) = self.q.sq.get(i).copied().flatten() else { return Err(MemError::Access) };
         let base = i * self.q.max_send_sge;
-        let sges = &self.q.sq_sge[base..base + s.nsge as usize];
-        let (sh, by, fault) = (self.sh, self.by, &mut *self.fault);
-        let r = Self::walk(sges, offset, data.len(), |sge, off, range| {
-            let d = &data[range];
-            sh.mrs.access(sh.keys, sge.lkey, by, sge.addr + off, d.len(), Need::LocalWrite, fault, |m, iova, o| m.write(iova, o, d))
+        let r = self.walk_slot(true, base, s.nsge as usize, offset, data.len(), |this, sge, off, range| {
+            this.place(sge.lkey, sge.addr + off, Need::LocalWrite, &data[range])
         });
         self.count(r)
     }
@@ -1682,9 +1777,12 @@ impl Responder for QpMemory<'_, '_> {
         if self.access & crate::mr::ACCESS_REMOTE_WRITE == 0 {
             return self.count(Err(MemError::Access));
         }
-        let fault = &mut *self.fault;
-        let r = self.sh.mrs.access(self.sh.keys, rkey, self.by, va, data.len(), Need::RemoteWrite, fault, |m, iova, o| m.write(iova, o, data));
+        let r = self.place(rkey, va, Need::RemoteWrite, data);
         self.count(r)
+    }
+
+    fn placed(&mut self) -> bool {
+        !self.unplaced && self.later.as_ref().is_none_or(|l| l.is_empty())
     }
 
     fn read_remote(&mut self, rkey: u32, va: u64, out: &mut [u8]) -> Result<(), MemError> {
@@ -1772,11 +1870,8 @@ impl Responder for QpMemory<'_, '_> {
         let i = wr_id as usize;
         let Some(s) = self.q.rq.get(i).copied().flatten() else { return Err(MemError::Access) };
         let base = i * self.q.max_recv_sge;
-        let sges = &self.q.rq_sge[base..base + s.nsge as usize];
-        let (sh, by, fault) = (self.sh, self.by, &mut *self.fault);
-        let r = Self::walk(sges, offset, data.len(), |sge, off, range| {
-            let d = &data[range];
-            sh.mrs.access(sh.keys, sge.lkey, by, sge.addr + off, d.len(), Need::LocalWrite, fault, |m, iova, o| m.write(iova, o, d))
+        let r = self.walk_slot(false, base, s.nsge as usize, offset, data.len(), |this, sge, off, range| {
+            this.place(sge.lkey, sge.addr + off, Need::LocalWrite, &data[range])
         });
         self.count(r)
     }
@@ -1831,7 +1926,7 @@ mod tests {
         ];
         let mut seen = [(0u32, 0u64, 0usize, 0usize); 4];
         let mut n = 0;
-        let r = QpMemory::walk(&sges, 2, 6, |s, off, range| {
+        let r = QpMemory::walk(&mut (), |_, j| sges.get(j).copied(), sges.len(), 2, 6, |_, s, off, range| {
             seen[n] = (s.lkey, off, range.start, range.end);
             n += 1;
             Ok(())
@@ -1839,7 +1934,10 @@ mod tests {
         assert_eq!(r, Ok(()));
         assert_eq!(&seen[..n], &[(1, 2, 0, 2), (3, 0, 2, 6)]);
         // Beyond the list's total length: an access error, not a short copy.
-        assert_eq!(QpMemory::walk(&sges, 10, 4, |_, _, _| Ok(())), Err(MemError::Access));
+        assert_eq!(
+            QpMemory::walk(&mut (), |_, j| sges.get(j).copied(), sges.len(), 10, 4, |_, _, _, _| Ok(())),
+            Err(MemError::Access)
+        );
         assert_eq!(sge_len(&sges), Ok(12));
     }
 }

@@ -59,6 +59,10 @@ module! {
             default: 4096,
             description: "Received packets with at least this many payload bytes are copied on another CPU than the one they arrive on, and ACKs are handled on the CPU of their QP's doorbell (spec MR-10.3.5); 0 handles every packet where it arrives",
         },
+        unlocked_copy_bytes: u32 {
+            default: 2048,
+            description: "Pieces of received RC payload of at least this many bytes are copied into pinned user memory after the QP's lock is released, so that two CPUs place one QP's packets at once; delivery and completions wait for the copies (spec MR-10.1.3); 0 copies everything under the lock",
+        },
         rc_mtu: u32 {
             default: 0,
             description: "Payload bytes per packet of RC connections: 0 uses the QP's path_mtu; 256..65000 uses up to that many where the netdev's MTU leaves room (every host of the fabric must carry such frames)",

@@ -279,6 +279,13 @@ impl Backing {
         }
     }
 
+    /// Pinned user pages: a copy into them may be made after the engine is
+    /// released ([`crate::ffi::LaterCopies`]); the others are copied at once
+    /// (on-demand pages may fault, kernel memory is not the bulk path).
+    pub(crate) fn pinned(&self) -> bool {
+        matches!(self, Backing::User(_))
+    }
+
     /// Copies into the registration at `offset`: an access error if not all bytes
     /// fit, a fault if they are not resident (copying nothing).
     pub(crate) fn write(&self, iova: u64, offset: u64, data: &[u8]) -> Result<(), MemError> {

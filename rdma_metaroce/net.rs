@@ -91,10 +91,13 @@ pub(crate) enum Counter {
     OdpFaultsServed,
     /// Datagrams handed to another CPU for their QP's run (spec MR-10.3.5).
     RxSteered,
+    /// Pieces of received payload copied into memory after their QP's lock was
+    /// released (spec MR-10.1.3).
+    RxUnlockedCopies,
 }
 
 /// Counter names as shown by `rdma statistic show link DEV/1`.
-pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 34] = [
+pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 35] = [
     c"rx_packets",
     c"rx_bytes",
     c"rx_malformed",
@@ -129,6 +132,7 @@ pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 34] = [
     c"odp_faults",
     c"odp_faults_served",
     c"rx_steered",
+    c"rx_unlocked_copies",
 ];
 
 /// Per-device counters (lock-free; updated from softirq).
@@ -202,5 +206,6 @@ mod tests {
         assert_eq!(COUNTER_NAMES[Counter::CongestionRepaths as usize], c"congestion_repaths");
         assert_eq!(COUNTER_NAMES[Counter::StaleReadNaks as usize], c"stale_read_naks");
         assert_eq!(COUNTER_NAMES[Counter::RxSteered as usize], c"rx_steered");
+        assert_eq!(COUNTER_NAMES[Counter::RxUnlockedCopies as usize], c"rx_unlocked_copies");
     }
 }

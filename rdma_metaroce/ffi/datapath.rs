@@ -15,6 +15,7 @@ use super::verbs::{ah_dgid, cq_of, qp_alloc_io, qp_of, srq_of};
 use super::{raw, IbDev};
 use crate::cq::Pushed;
 use crate::engine::{atomic_operands, Io, LocalOp, Received, SendRequest, Sge, Shared, UdDest};
+use crate::mr::{Accessor, Need};
 use crate::proto::wire::{Body, Opcode, PacketRepr, WireError};
 use crate::proto::{Ecn, Instant, WrOpcode};
 use core::ffi::{c_int, c_void};
@@ -750,8 +751,11 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
         // SAFETY: Per the contract the QP is between `qp_start` and `qp_stop` for
         // this call, and `io_ctx` is its io context.
         let mut io = unsafe { WorkIo::new(dev, ib, io_ctx) };
+        let mut later = LaterCopies::new();
         let mut again = false;
-        let (t, next, precise, wants) = {
+        let doorbell = matches!(origin, Origin::Doorbell | Origin::MappedDoorbell);
+        let ack_clocked = doorbell && rounds == 1;
+        let mut ran = {
             let mut eng = qp.engine.lock();
             if origin == Origin::MappedDoorbell && rounds == 1 && !eng.accepts_sends() {
                 return false;
@@ -761,7 +765,9 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
             eng.pull_posted(&mut io);
             let mut n = 0;
             loop {
-                if n == RX_BUDGET {
+                // A run with copies to make goes to make them once it holds
+                // as many as it may; the rest is another CPU's, or its next round's.
+                if n == RX_BUDGET || !(later.is_empty() || later.has_room()) {
                     again = true;
                     break;
                 }
@@ -772,43 +778,68 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
                 }
                 n += 1;
                 // SAFETY: We own the skb, a UDP datagram the receive path queued;
-                // ours to free afterwards, or to keep for the fault work (spec
-                // MR-9.2.5: refused for memory not resident, handed in again once
-                // it is in; if it cannot be kept the peer resends it).
+                // ours to free afterwards, to leave with `later` for its copies, or
+                // to keep for the fault work (spec MR-9.2.5: refused for memory not
+                // resident, handed in again once it is in; if it cannot be kept the
+                // peer resends it).
                 unsafe {
-                    if !(hand_in(&mut eng, &sh, &mut io, t, skb) && raw::mrc_qp_io_park(io_ctx, skb)) {
-                        raw::mrc_kfree_skb(skb);
+                    match hand_in(&mut eng, &sh, &mut io, t, skb, &mut later) {
+                        Handed::Held => {}
+                        Handed::Refused if raw::mrc_qp_io_park(io_ctx, skb) => {}
+                        Handed::Refused | Handed::Done => raw::mrc_kfree_skb(skb),
                     }
                 }
             }
-            let doorbell = matches!(origin, Origin::Doorbell | Origin::MappedDoorbell);
-            let ack_clocked = doorbell && rounds == 1;
-            let next = eng.run(&sh, &mut io, t, !again, ack_clocked);
-            eng.publish_consumed();
-            eng.drain_counters(&data.counters);
-            eng.account_run(now().as_nanos().saturating_sub(t.as_nanos()));
-            // Under the lock: whoever kicks or arms after this knows more than this
-            // run (see `mrc_qp_io_disarm`).
-            // SAFETY: `io_ctx` is alive (see above).
-            let wants = unsafe { raw::mrc_qp_io_wants(io_ctx) };
-            if eng.has_fault() {
-                // Spec: MR-9.2.5 — memory not resident: the fault work brings it
-                // in (queued once however often this is asked).
+            // Spec: MR-10.1.3 — until the copies are made, nothing is delivered
+            // or completed. A run that is the only one copying runs the engine
+            // after its copies instead of now as well (it then finds no other run
+            // copying, unless one began meanwhile, which runs it when done); while
+            // another run copies, the engine runs now, so that acknowledgements
+            // and transmission go on.
+            let sole_copier = !later.is_empty() && eng.copies_begin() == 1;
+            if sole_copier {
+                None
+            } else {
                 // SAFETY: `io_ctx` is alive (see above).
-                unsafe { raw::mrc_qp_io_fault(io_ctx) };
+                let (next, precise, wants) = unsafe { finish_run(&mut eng, &sh, &mut io, t, !again, ack_clocked, io_ctx) };
+                Some((t, next, precise, wants))
             }
-            (t, next, eng.precise_timers(), wants)
         };
-        io.send_acks();
-        if io.sent_bulk {
-            // SAFETY: `io_ctx` is alive (see above).
-            unsafe { raw::mrc_qp_io_sent_bulk(io_ctx) };
+        // SAFETY: `io_ctx` is alive (see above); `srq_ptr` is the QP's SRQ or NULL.
+        unsafe { after_run(&mut io, io_ctx, srq, srq_ptr) };
+        if !later.is_empty() {
+            // Spec: MR-10.1.3 — the copies, with the engine free for another CPU.
+            let (made, failed) = later.copy_all(&sh);
+            drop(later);
+            data.counters.add(crate::net::Counter::RxUnlockedCopies, made);
+            data.counters.add_nonzero(crate::net::Counter::AccessErrors, failed);
+            // SAFETY: As for `io` above.
+            let mut io = unsafe { WorkIo::new(dev, ib, io_ctx) };
+            let mut eng = qp.engine.lock();
+            // The last run to finish its copies delivers and completes what
+            // waited for them (and for this run's datagrams' ACKs, if any).
+            if eng.copies_end() {
+                let t = now();
+                // SAFETY: `io_ctx` is alive (see above).
+                let (next, precise, wants) = unsafe { finish_run(&mut eng, &sh, &mut io, t, !again, false, io_ctx) };
+                ran = Some((t, next, precise, wants));
+                drop(eng);
+                // SAFETY: As above.
+                unsafe { after_run(&mut io, io_ctx, srq, srq_ptr) };
+            }
         }
-        io.fire();
-        if srq.is_some_and(|s| s.take_limit_event()) {
-            // SAFETY: A live SRQ (see above).
-            unsafe { raw::mrc_srq_event(srq_ptr, raw::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED as c_int) };
-        }
+        let Some((t, next, precise, wants)) = ran else {
+            // Another run's copies are under way: that run runs the engine and
+            // arms its timers once they are done.
+            if again && rounds < MAX_ROUNDS {
+                continue;
+            }
+            if again {
+                // SAFETY: `io_ctx` is alive; kicking our own work from it is allowed.
+                unsafe { raw::mrc_qp_io_kick(io_ctx) };
+            }
+            return true;
+        };
         let due = again || next.is_some_and(|when| when <= t);
         if due && rounds < MAX_ROUNDS {
             continue;
@@ -824,6 +855,62 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
             }
         }
         return true;
+    }
+}
+
+/// The end of a run under the engine lock: runs the engine (timers, posted work,
+/// transmission, completions), publishes what the process's rings consumed,
+/// accounts the run, and asks for the fault work if memory was not resident.
+/// Returns the engine's next deadline, whether it needs a precise timer, and what
+/// the QP's io context wanted when the run ended (see `mrc_qp_io_disarm`).
+///
+/// # Safety
+///
+/// `io_ctx` is the live io context of the QP whose engine `eng` is.
+#[allow(clippy::too_many_arguments)]
+unsafe fn finish_run(
+    eng: &mut crate::engine::Engine,
+    sh: &Shared<'_>,
+    io: &mut WorkIo<'_>,
+    t: Instant,
+    rx_drained: bool,
+    ack_clocked: bool,
+    io_ctx: *mut raw::mrc_qp_io,
+) -> (Option<Instant>, bool, core::ffi::c_uint) {
+    let next = eng.run(sh, io, t, rx_drained, ack_clocked);
+    eng.publish_consumed();
+    eng.drain_counters(&io.dev.data().counters);
+    eng.account_run(now().as_nanos().saturating_sub(t.as_nanos()));
+    // Under the lock: whoever kicks or arms after this knows more than this run
+    // (see `mrc_qp_io_disarm`).
+    // SAFETY: Per the contract `io_ctx` is alive.
+    let wants = unsafe { raw::mrc_qp_io_wants(io_ctx) };
+    if eng.has_fault() {
+        // Spec: MR-9.2.5 — memory not resident: the fault work brings it in
+        // (queued once however often this is asked).
+        // SAFETY: As above.
+        unsafe { raw::mrc_qp_io_fault(io_ctx) };
+    }
+    (next, eng.precise_timers(), wants)
+}
+
+/// After a run released the engine: sends the ACKs it held, notes a large packet
+/// sent (ACK steering), fires completion handlers, raises the SRQ's limit event.
+///
+/// # Safety
+///
+/// `io_ctx` is the live io context of the run's QP; `srq_ptr` is its SRQ (NULL if
+/// none) and `srq` the driver's view of it.
+unsafe fn after_run(io: &mut WorkIo<'_>, io_ctx: *mut raw::mrc_qp_io, srq: Option<&crate::srq::Srq>, srq_ptr: *mut raw::ib_srq) {
+    io.send_acks();
+    if io.sent_bulk {
+        // SAFETY: Per the contract `io_ctx` is alive.
+        unsafe { raw::mrc_qp_io_sent_bulk(io_ctx) };
+    }
+    io.fire();
+    if srq.is_some_and(|s| s.take_limit_event()) {
+        // SAFETY: Per the contract a live SRQ.
+        unsafe { raw::mrc_srq_event(srq_ptr, raw::ib_event_type_IB_EVENT_SRQ_LIMIT_REACHED as c_int) };
     }
 }
 
@@ -847,8 +934,10 @@ unsafe fn addrs_of(skb: *mut raw::sk_buff) -> crate::engine::IpPair {
     }
 }
 
-/// Hands one received datagram to the engine; true if it was refused because
-/// memory it needs is not resident (spec MR-9.2.5, kept for the fault work).
+/// Hands one received datagram to the engine, which may leave copies of its
+/// payload into pinned memory with `later` (spec MR-10.1.3; the datagram is then
+/// `later`'s); [`Handed::Refused`] if memory it needs is not resident (spec
+/// MR-9.2.5, kept for the fault work).
 ///
 /// # Safety
 ///
@@ -859,7 +948,8 @@ unsafe fn hand_in(
     io: &mut WorkIo<'_>,
     t: Instant,
     skb: *mut raw::sk_buff,
-) -> bool {
+    later: &mut LaterCopies,
+) -> Handed {
     // SAFETY: Per the contract `skb` is a live UDP datagram.
     let from = unsafe { addrs_of(skb) };
     let mut pieces = Pieces::new();
@@ -868,15 +958,204 @@ unsafe fn hand_in(
     // The receive callback made the headers linear (`UdpPayload::with_headers`).
     let Some(d) = (unsafe { UdpPayload::of(skb, pieces) }) else {
         eng.pull_posted(io);
-        return false;
+        return Handed::Done;
     };
     // Receives the process posted since (a message must not meet an RNR NAK for
     // want of a WQE that is already in the ring).
     eng.pull_posted(io);
-    d.with_more(|more| {
+    // Only a connection takes pieces in place; a UD datagram is copied whole.
+    let leave = eng.takes_pieces() && later.has_room();
+    if leave {
+        later.open(skb, &d);
+    }
+    // Given even when it takes nothing: the engine asks it whether every copy is
+    // made (a message is delivered only then).
+    let refused = d.with_more(|more| {
         let r = Received { bytes: d.first, more, src_port: d.src_port, ce: d.ce, addrs: from };
-        eng.on_datagram(sh, io, t, &r)
-    })
+        eng.on_datagram(sh, io, t, &r, Some(&mut *later))
+    });
+    match (leave, refused) {
+        (true, _) => later.close(refused),
+        (false, true) => Handed::Refused,
+        (false, false) => Handed::Done,
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Copies after the engine lock (spec MR-10.1.3).
+
+/// Pieces one run may leave for after it released the engine: room for two
+/// datagrams of the most pieces a datagram is handed on in (four or more of
+/// `rc_mtu=32768`'s eight or nine page fragments, whose 32 KiB copies take a few
+/// hundred microseconds under emulation); a little over a kilobyte of stack.
+/// (Four datagrams a run made no difference to one QP's stream.)
+const LATER_COPIES: usize = 2 * (MAX_PIECES + 1);
+/// Received datagrams one run may hold for those copies.
+const LATER_SKBS: usize = 8;
+
+/// One copy left for later: `len` bytes at `src` to `va` of the memory `key` names.
+#[derive(Clone, Copy)]
+struct LaterCopy {
+    key: u32,
+    need: Need,
+    va: u64,
+    src: *const u8,
+    len: usize,
+}
+
+/// Copies into pinned user memory that a run makes after it released the QP's
+/// engine, so that another CPU may hand the QP's next datagrams to the engine
+/// meanwhile (spec MR-10.1.3): the engine checks each access (key, protection
+/// domain, rights, bounds) as it hands a datagram in, and this list keeps what the
+/// copy needs, with the received skbs the bytes are in. While a run's copies are
+/// under way the engine delivers nothing and completes nothing
+/// ([`crate::engine::Engine::copies_begin`]).
+///
+/// Each copy checks its access again when it is made: a registration that went
+/// away meanwhile (deregistered, invalidated) is not written.
+///
+/// # Invariants
+///
+/// Each of `copies[..n]` reads `len` bytes at `src` inside the payload of one of
+/// `skbs[..n_skbs]`, which this list owns (frees on drop) and nothing modifies;
+/// `open` holds the payload ranges of the datagram being handed in (`skb`, not yet
+/// in `skbs`), and `push` takes only bytes inside them.
+pub(crate) struct LaterCopies {
+    copies: [core::mem::MaybeUninit<LaterCopy>; LATER_COPIES],
+    n: usize,
+    skbs: [*mut raw::sk_buff; LATER_SKBS],
+    n_skbs: usize,
+    /// The datagram being handed in: its payload's pieces and the copies before it.
+    open: Option<OpenDatagram>,
+    /// The accessor every copy of this run is made as (one QP's).
+    by: Option<Accessor>,
+    /// Smallest piece left for later (`unlocked_copy_bytes`; 0: none).
+    min: usize,
+}
+
+/// See [`LaterCopies::open`].
+struct OpenDatagram {
+    skb: *mut raw::sk_buff,
+    ranges: [(usize, usize); MAX_PIECES + 1],
+    n_ranges: usize,
+    mark: usize,
+}
+
+/// What became of a datagram handed in with a [`LaterCopies`].
+enum Handed {
+    /// Refused for memory not resident (spec MR-9.2.5): the caller's again.
+    Refused,
+    /// Nothing of it is left to copy: the caller frees it.
+    Done,
+    /// Held by the list until its copies are made.
+    Held,
+}
+
+impl LaterCopies {
+    fn new() -> Self {
+        LaterCopies {
+            copies: [const { core::mem::MaybeUninit::uninit() }; LATER_COPIES],
+            n: 0,
+            skbs: [core::ptr::null_mut(); LATER_SKBS],
+            n_skbs: 0,
+            open: None,
+            by: None,
+            min: *crate::module_parameters::unlocked_copy_bytes.value() as usize,
+        }
+    }
+
+    /// Nothing is left to copy.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Room for all the copies of one more datagram, however many pieces it has.
+    fn has_room(&self) -> bool {
+        self.min > 0 && self.n + MAX_PIECES + 1 <= LATER_COPIES && self.n_skbs < LATER_SKBS
+    }
+
+    /// Whether `data` may be left for later: at least `unlocked_copy_bytes`, room
+    /// left, and inside the payload of the datagram being handed in.
+    pub(crate) fn takes(&self, data: &[u8]) -> bool {
+        let Some(o) = self.open.as_ref() else { return false };
+        let (start, len) = (data.as_ptr() as usize, data.len());
+        self.min > 0
+            && len >= self.min
+            && self.n < LATER_COPIES
+            && o.ranges[..o.n_ranges].iter().any(|&(a, l)| start >= a && start + len <= a + l)
+    }
+
+    /// Leaves the copy of `data` to `va` of `key` for later; false (nothing kept)
+    /// if [`Self::takes`] refuses it or the accessor differs from this run's.
+    pub(crate) fn push(&mut self, key: u32, va: u64, need: Need, by: Accessor, data: &[u8]) -> bool {
+        if !self.takes(data) || self.by.is_some_and(|b| b != by) {
+            return false;
+        }
+        self.by = Some(by);
+        self.copies[self.n].write(LaterCopy { key, need, va, src: data.as_ptr(), len: data.len() });
+        self.n += 1;
+        true
+    }
+
+    /// Notes the datagram `skb` with payload `d` as the one being handed in.
+    fn open(&mut self, skb: *mut raw::sk_buff, d: &UdpPayload<'_>) {
+        let mut o = OpenDatagram { skb, ranges: [(0, 0); MAX_PIECES + 1], n_ranges: 1, mark: self.n };
+        o.ranges[0] = (d.first.as_ptr() as usize, d.first.len());
+        for p in d.pieces.iter().filter(|p| !p.data.is_null()) {
+            if let Some(r) = o.ranges.get_mut(o.n_ranges) {
+                *r = (p.data as usize, p.len as usize);
+                o.n_ranges += 1;
+            }
+        }
+        self.open = Some(o);
+    }
+
+    /// Ends the datagram being handed in: if the engine `refused` it, forgets its
+    /// copies (it is handed in again, or resent); if it left any, holds it.
+    fn close(&mut self, refused: bool) -> Handed {
+        let Some(o) = self.open.take() else { return Handed::Done };
+        if refused {
+            self.n = o.mark;
+            return Handed::Refused;
+        }
+        if self.n == o.mark {
+            return Handed::Done;
+        }
+        // `has_room` was checked before the datagram was handed in.
+        self.skbs[self.n_skbs] = o.skb;
+        self.n_skbs += 1;
+        Handed::Held
+    }
+
+    /// Makes the copies, each after checking its access again; returns how many
+    /// were made and how many found their registration gone (deregistered or
+    /// invalidated since: nothing is written for those).
+    fn copy_all(&mut self, sh: &Shared<'_>) -> (u64, u64) {
+        let Some(by) = self.by else { return (0, 0) };
+        let made = self.n as u64;
+        let mut failed = 0;
+        let mut fault = None;
+        for c in &self.copies[..self.n] {
+            // SAFETY: The first `n` entries were written by `push`.
+            let c = unsafe { c.assume_init() };
+            // SAFETY: Per the type invariant `src` is `len` bytes of an skb payload
+            // this list owns and nothing modifies.
+            let data = unsafe { core::slice::from_raw_parts(c.src, c.len) };
+            let r = sh.mrs.access(sh.keys, c.key, by, c.va, c.len, c.need, &mut fault, |m, iova, o| m.write(iova, o, data));
+            failed += u64::from(r.is_err());
+        }
+        self.n = 0;
+        (made - failed, failed)
+    }
+}
+
+impl Drop for LaterCopies {
+    fn drop(&mut self) {
+        for &skb in &self.skbs[..self.n_skbs] {
+            // SAFETY: The list owns these skbs (type invariant); freed once here.
+            unsafe { raw::mrc_kfree_skb(skb) };
+        }
+    }
 }
 
 /// Most page fragments of a received datagram that are handed on as they are; a

@@ -39,7 +39,7 @@ pub(crate) use ibdev::{
     registry_init, unregister_all, unregister_on_netdev, DeviceCaps, IbDev, IbMtu, ParentDevice,
     PortInfo, PortState,
 };
-pub(crate) use datapath::{KernelVa, QpTable, TxFrags, Umem};
+pub(crate) use datapath::{KernelVa, LaterCopies, QpTable, TxFrags, Umem};
 pub(crate) use odp::OdpMem;
 pub(crate) use uring::{UserCq, UserQueues};
 pub(crate) use bhlock::{new_spinlock_bh, SpinLockBh};

@@ -10,6 +10,7 @@
 # (default 3) repeats the whole set. An AB_KOS entry may be KO:PARAM=V,PARAM=V (module
 # parameters for that build's runs, e.g. the same .ko twice with different settings).
 # AB_WRAPS="none|nice -n 19" alternates a command the client perftest runs under.
+# AB_PT_ARGS adds perftest arguments to both sides (e.g. -e: completions by event).
 # Each run prints MetaRoCE's port counters.
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 . $HERE/lib/ktap.sh; . $HERE/lib/net.sh
@@ -34,13 +35,13 @@ run() { # KO[:PARAMS] QPS RC_MTU [PARAMS]
   ip netns exec hostB rdma link add mrcB type metaroce netdev veth1
   ga=$(vb_gid_index mrcA 198.18.0.1); gb=$(vb_gid_index mrcB 198.18.0.2)
   P=$((P+1))
-  ip netns exec hostB timeout 60 ${AB_TOOL:-ib_write_bw} -d mrcB -x $gb -p $P -F -s 65536 -q $2 -D 5 > /tmp/s.log 2>&1 &
+  ip netns exec hostB timeout 60 ${AB_TOOL:-ib_write_bw} -d mrcB -x $gb -p $P -F -s 65536 -q $2 -D 5 ${AB_PT_ARGS:-} > /tmp/s.log 2>&1 &
   wait_for 20 vb_tcp_listening hostB $P
   s0=$(head -1 /proc/stat)
-  ip netns exec hostA timeout 60 ${AB_WRAP:-} ${AB_TOOL:-ib_write_bw} -d mrcA -x $ga -p $P -F -s 65536 -q $2 -D 5 198.18.0.2 > /tmp/c.log 2>&1
+  ip netns exec hostA timeout 60 ${AB_WRAP:-} ${AB_TOOL:-ib_write_bw} -d mrcA -x $ga -p $P -F -s 65536 -q $2 -D 5 ${AB_PT_ARGS:-} 198.18.0.2 > /tmp/c.log 2>&1
   s1=$(head -1 /proc/stat); wait
   echo "=== $(basename "$1") rc_mtu $3 ${4:-} q$2${AB_WRAP:+ ($AB_WRAP)}: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}') $(echo "$s0" "$s1" | awk '{u=$13-$2; s=$15-$4; i=$16-$5; si=$19-$8; t=u+s+i+si+($17-$6)+($18-$7); printf "user %d sys %d softirq %d idle %d", 100*u/t, 100*s/t, 100*si/t, 100*i/t}')"
-  echo "    counters: $(vb_nonzero_counters 'tx_packets|retransmits|tail_probes|sack_recovered|path_timeouts|path_timeouts_overtaken|rx_duplicates|repaths|congestion_repaths')"
+  echo "    counters: $(vb_nonzero_counters 'tx_packets|retransmits|tail_probes|sack_recovered|path_timeouts|path_timeouts_overtaken|rx_duplicates|repaths|congestion_repaths|rx_steered|rx_unlocked_copies')"
   rdma link del mrcA; rdma link del mrcB; rmmod rdma_metaroce
 }
 tcp() { # iperf3 on the same link, one stream, 5 s

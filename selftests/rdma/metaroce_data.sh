@@ -27,7 +27,7 @@ check "load rdma_metaroce" mrc_insmod
 vb_suite
 check "rmmod rdma_metaroce after the suite" rmmod rdma_metaroce
 
-# rc_mtu_case RC_MTU LINK_MTU MIN_AVG [ZERO_COPY [STEER]]: RC packets of up to RC_MTU
+# rc_mtu_case RC_MTU LINK_MTU MIN_AVG [ZERO_COPY [STEER [RPS [UNLOCKED]]]]: RC packets of up to RC_MTU
 # bytes on veths with LINK_MTU, the data checked end to end, and one ib_write_bw
 # direction (A sends data packets and no ACKs) whose packets must average more than
 # MIN_AVG bytes. With zero_copy_tx=ZERO_COPY (default 1) nine in ten of those packets
@@ -35,14 +35,17 @@ check "rmmod rdma_metaroce after the suite" rmmod rdma_metaroce
 # steer_bytes=STEER (default: the module's) and more than one CPU, B hands received
 # packets of STEER bytes or more to another CPU (spec MR-10.3.5), or with 0 none, nor
 # with RPS=1, where both veths spread received packets over the CPUs themselves
-# (receive packet steering); a 64 KiB rping then checks READ and WRITE payloads both
-# ways.
+# (receive packet steering). With unlocked_copy_bytes=UNLOCKED (default: the
+# module's) B copies the payload pieces of at least that many bytes after releasing
+# the QP's lock (spec MR-10.1.3), or with 0 none. A 64 KiB rping then checks READ
+# and WRITE payloads both ways.
 rc_mtu_case() {
-    local mtu_rc=$1 mtu_link=$2 avg_min=$3 zc=${4:-1} steer=${5:-} rps=${6:-0} pk0 by0 zc0 pk by zcd st0 st
+    local mtu_rc=$1 mtu_link=$2 avg_min=$3 zc=${4:-1} steer=${5:-} rps=${6:-0} unlocked=${7:-}
+    local pk0 by0 zc0 pk by zcd st0 st uc0 uc
     local on=; [ "$rps" = 1 ] && on=" on veths with RPS"
     vb_links_del; rm_hosts
-    check "load rdma_metaroce rc_mtu=$mtu_rc zero_copy_tx=$zc${steer:+ steer_bytes=$steer}$on" \
-        mrc_insmod rc_mtu="$mtu_rc" zero_copy_tx="$zc" ${steer:+steer_bytes=$steer}
+    check "load rdma_metaroce rc_mtu=$mtu_rc zero_copy_tx=$zc${steer:+ steer_bytes=$steer}${unlocked:+ unlocked_copy_bytes=$unlocked}$on" \
+        mrc_insmod rc_mtu="$mtu_rc" zero_copy_tx="$zc" ${steer:+steer_bytes=$steer} ${unlocked:+unlocked_copy_bytes=$unlocked}
     mk_hosts
     ip -n hostA link set veth0 mtu "$mtu_link"; ip -n hostB link set veth1 mtu "$mtu_link"
     if [ "$rps" = 1 ]; then
@@ -54,10 +57,12 @@ rc_mtu_case() {
     vb_pingpong " with rc_mtu=$mtu_rc (64 KiB messages)" ibv_rc_pingpong -s 65536
     pk0=$(vb_counter "$VB_DEV_A" tx_packets) by0=$(vb_counter "$VB_DEV_A" tx_bytes)
     zc0=$(vb_counter "$VB_DEV_A" tx_zero_copy) st0=$(vb_counter "$VB_DEV_B" rx_steered)
+    uc0=$(vb_counter "$VB_DEV_B" rx_unlocked_copies)
     vb_perftest " with rc_mtu=$mtu_rc zero_copy_tx=$zc" ib_write_bw -s 65536
     pk=$(( $(vb_counter "$VB_DEV_A" tx_packets) - pk0 )) by=$(( $(vb_counter "$VB_DEV_A" tx_bytes) - by0 ))
     zcd=$(( $(vb_counter "$VB_DEV_A" tx_zero_copy) - zc0 )) st=$(( $(vb_counter "$VB_DEV_B" rx_steered) - st0 ))
-    ktap_diag "$VB_DEV_A sent $pk packets, $by bytes, $zcd with their payload's pages attached; $VB_DEV_B steered $st"
+    uc=$(( $(vb_counter "$VB_DEV_B" rx_unlocked_copies) - uc0 ))
+    ktap_diag "$VB_DEV_A sent $pk packets, $by bytes, $zcd with their payload's pages attached; $VB_DEV_B steered $st, copied $uc pieces unlocked"
     check "its RDMA WRITE packets carried more than $avg_min bytes each on average" \
         test "$pk" -gt 0 -a "$by" -gt $((pk * avg_min))
     if [ "$zc" = 1 ]; then
@@ -74,6 +79,14 @@ rc_mtu_case() {
         check "$VB_DEV_B copied the large packets on another CPU (rx_steered, MR-10.3.5)" \
             test "$st" -ge "$VB_ITERS"
     fi
+    if [ "$unlocked" = 0 ]; then
+        check "with unlocked_copy_bytes=0 $VB_DEV_B copied every payload under the QP's lock (rx_unlocked_copies)" \
+            test "$uc" -eq 0
+    else
+        # Each 64 KiB message is at least two packets of page-sized pieces or more.
+        check "$VB_DEV_B copied payload after releasing the QP's lock (rx_unlocked_copies, MR-10.1.3)" \
+            test "$uc" -ge "$VB_ITERS"
+    fi
     VB_RPING_SIZE=65000 VB_RPING_COUNT=100 vb_rping " with rc_mtu=$mtu_rc"
     vb_links_del; rm_hosts
     check "rmmod rdma_metaroce (rc_mtu=$mtu_rc$on)" rmmod rdma_metaroce
@@ -85,9 +98,9 @@ rc_mtu_case 9000 9000 6000
 # Beyond Ethernet's jumbo frames, on a virtual link whose MTU allows it (MR-2.6.1
 # allows up to 65000): 64 KiB messages travel as two 32 KiB packets.
 rc_mtu_case 32768 65535 24000
-# The same with every payload copied into its packet, and every packet handled on the
-# CPU it arrives on.
-rc_mtu_case 32768 65535 24000 0 0
+# The same with every payload copied into its packet, every packet handled on the
+# CPU it arrives on, and every copy into memory made under the QP's lock.
+rc_mtu_case 32768 65535 24000 0 0 0 0
 # The same on veths that spread received packets themselves (RPS): no steering on top.
 rc_mtu_case 32768 65535 24000 1 "" 1
 

@@ -31,8 +31,8 @@ gid_of() {
 ktap_header
 
 # --- module and parameters -------------------------------------------------------
-check "modinfo lists the udp_port, num_paths, cc_target_delay_us, reply_wait_us, rc_mtu, zero_copy_tx and steer_bytes parameters" \
-    bash -c "p=\$(modinfo -p '$KO'); for n in udp_port num_paths cc_target_delay_us reply_wait_us rc_mtu zero_copy_tx steer_bytes; do grep -q \"^\$n:\" <<< \"\$p\" || exit 1; done"
+check "modinfo lists the udp_port, num_paths, cc_target_delay_us, reply_wait_us, rc_mtu, zero_copy_tx, steer_bytes and unlocked_copy_bytes parameters" \
+    bash -c "p=\$(modinfo -p '$KO'); for n in udp_port num_paths cc_target_delay_us reply_wait_us rc_mtu zero_copy_tx steer_bytes unlocked_copy_bytes; do grep -q \"^\$n:\" <<< \"\$p\" || exit 1; done"
 check "modinfo carries the rdma-link-metaroce alias" bash -c "modinfo -F alias '$KO' | grep -qx rdma-link-metaroce"
 check_fails "loading with udp_port=4791 (RoCEv2's port) is refused" mrc_insmod udp_port=4791
 check_fails "loading with num_paths=0 is refused" mrc_insmod num_paths=0
