@@ -1696,23 +1696,21 @@ impl QpMemory<'_, '_> {
     /// left for after the engine is released (spec MR-10.1.3), the checks made now.
     fn place(&mut self, key: u32, va: u64, need: Need, data: &[u8]) -> Result<(), MemError> {
         let (sh, by, fault) = (self.sh, self.by, &mut *self.fault);
-        if let Some(later) = self.later.as_deref_mut().filter(|l| l.takes(data)) {
-            let mut left = false;
-            let r = sh.mrs.access(sh.keys, key, by, va, data.len(), need, fault, |m, iova, o| {
-                if m.pinned() {
-                    left = true;
-                    Ok(())
-                } else {
-                    m.write(iova, o, data)
-                }
-            });
-            if r.is_ok() && left && !later.push(key, va, need, by, data) {
-                // `takes` said there is room; should it not be, copy now.
-                return sh.mrs.access(sh.keys, key, by, va, data.len(), need, fault, |m, iova, o| m.write(iova, o, data));
+        let leave = self.later.as_deref().is_some_and(|l| l.takes(data));
+        let mut left = false;
+        let r = sh.mrs.access(sh.keys, key, by, va, data.len(), need, fault, |m, iova, o| {
+            if leave && m.pinned() {
+                left = true;
+                Ok(())
+            } else {
+                m.write(iova, o, data)
             }
-            return r;
+        });
+        if left && r.is_ok() && !self.later.as_deref_mut().is_some_and(|l| l.push(key, va, need, by, data)) {
+            // `takes` said yes; should the list refuse after all, copy now.
+            return sh.mrs.access(sh.keys, key, by, va, data.len(), need, &mut *self.fault, |m, iova, o| m.write(iova, o, data));
         }
-        sh.mrs.access(sh.keys, key, by, va, data.len(), need, fault, |m, iova, o| m.write(iova, o, data))
+        r
     }
 
     /// Counts a failed access: a fault (memory not resident, spec MR-9.2.5) or an

@@ -964,8 +964,7 @@ unsafe fn hand_in(
     // want of a WQE that is already in the ring).
     eng.pull_posted(io);
     // Only a connection takes pieces in place; a UD datagram is copied whole.
-    let leave = eng.takes_pieces() && later.has_room();
-    if leave {
+    if eng.takes_pieces() && later.wants(d.len()) {
         later.open(skb, &d);
     }
     // Given even when it takes nothing: the engine asks it whether every copy is
@@ -974,11 +973,7 @@ unsafe fn hand_in(
         let r = Received { bytes: d.first, more, src_port: d.src_port, ce: d.ce, addrs: from };
         eng.on_datagram(sh, io, t, &r, Some(&mut *later))
     });
-    match (leave, refused) {
-        (true, _) => later.close(refused),
-        (false, true) => Handed::Refused,
-        (false, false) => Handed::Done,
-    }
+    later.close(refused)
 }
 
 // ---------------------------------------------------------------------------------
@@ -1069,6 +1064,13 @@ impl LaterCopies {
         self.n == 0
     }
 
+    /// Whether a datagram of `len` bytes (headers and payload) may leave copies:
+    /// it is long enough to hold a piece of `unlocked_copy_bytes`, and there is
+    /// room. ACKs and small messages are not opened at all (see [`Self::open`]).
+    fn wants(&self, len: usize) -> bool {
+        len >= self.min && self.has_room()
+    }
+
     /// Room for all the copies of one more datagram, however many pieces it has.
     fn has_room(&self) -> bool {
         self.min > 0 && self.n + MAX_PIECES + 1 <= LATER_COPIES && self.n_skbs < LATER_SKBS
@@ -1110,14 +1112,18 @@ impl LaterCopies {
         self.open = Some(o);
     }
 
-    /// Ends the datagram being handed in: if the engine `refused` it, forgets its
-    /// copies (it is handed in again, or resent); if it left any, holds it.
+    /// Ends the datagram handed in (opened or not): if the engine `refused` it,
+    /// forgets its copies (it is handed in again, or resent); if it left any, holds
+    /// it.
     fn close(&mut self, refused: bool) -> Handed {
-        let Some(o) = self.open.take() else { return Handed::Done };
+        let open = self.open.take();
         if refused {
-            self.n = o.mark;
+            if let Some(o) = open {
+                self.n = o.mark;
+            }
             return Handed::Refused;
         }
+        let Some(o) = open else { return Handed::Done };
         if self.n == o.mark {
             return Handed::Done;
         }

@@ -37,6 +37,15 @@ impl Rng {
     }
 }
 
+/// One draw of a 64-bit LCG kept in `seed`: true with probability `ppm` per
+/// million. For memory behaviour drawn apart from a run's other randomness.
+pub fn draw_ppm(seed: &mut u64, ppm: u64) -> bool {
+    *seed = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (*seed >> 33) % 1_000_000 < ppm
+}
+
 /// Registered regions by rkey, local buffers and receive buffers by wr_id.
 #[derive(Default, Debug, Clone)]
 pub struct VecMemory {
@@ -82,11 +91,7 @@ impl VecMemory {
     /// [`MemError::Fault`] while [`Self::faults`] lasts.
     fn resident(&mut self) -> Result<(), MemError> {
         if self.fault_ppm > 0 {
-            self.fault_seed = self
-                .fault_seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            if (self.fault_seed >> 33) % 1_000_000 < self.fault_ppm {
+            if draw_ppm(&mut self.fault_seed, self.fault_ppm) {
                 self.faulted += 1;
                 return Err(MemError::Fault);
             }

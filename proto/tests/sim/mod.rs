@@ -6,7 +6,7 @@
 //! `poll_timeout`.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
-use crate::common::{Rng, VecMemory};
+use crate::common::{draw_ppm, Rng, VecMemory};
 use metaroce_proto::{
     AtomicOp, Completion, Config, Connection, Instant, LocalMemory, MemError, Responder,
 };
@@ -116,14 +116,7 @@ pub enum LateCopy {
 impl SimMem {
     /// Whether the next write is left for later.
     fn leave(&mut self) -> bool {
-        if self.late_ppm == 0 {
-            return false;
-        }
-        self.late_seed = self
-            .late_seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.late_seed >> 33) % 1_000_000 < self.late_ppm
+        self.late_ppm > 0 && draw_ppm(&mut self.late_seed, self.late_ppm)
     }
 
     /// Makes every write left for later, in the order they were asked.
