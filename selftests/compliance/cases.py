@@ -57,6 +57,12 @@ NOT_WIRE_TESTABLE = {
                 "kernel target: metaroce_semantics.sh's ODP checks and rdma-core's test_odp",
     "MR-9.3.2": "deployment advice (uRPF, network-layer authentication)",
     "MR-9.4.1": "allocation behaviour; checked statically by the core's size guard test",
+    "MR-10.1.3": "when a driver finishes its copies is local to it and invisible on the wire "
+                 "(what a peer sees, no completion before the bytes are in memory, is MR-4.3.1's "
+                 "tests); core: delivery_waits_for_copies_still_under_way in "
+                 "proto/tests/connection.rs and the simulator's "
+                 "exactly_once_with_copies_finished_late; kernel target: metaroce_data.sh's "
+                 "rc_mtu cases check rx_unlocked_copies and the data they carried",
     "MR-10.2.2": "kernel driver allocation rule",
     "MR-11.1.1": "the conformance claim itself; this suite is its evidence",
     "MR-11.1.3": "the go-back-N profile is a core configuration, not reachable from the wire",
