@@ -28,6 +28,11 @@ if [ -n "${AB_NETEM:-}" ]; then
   echo "netem: $AB_NETEM"
 fi
 P=19000
+# Per line of /proc/stat ("cpu" = all CPUs, then each): "NAME user U sys S softirq SI
+# idle I" in percent of the time between two snapshots (each from grep '^cpu').
+cpu_shares() { # BEFORE AFTER
+  paste -d' ' <(echo "$1") <(echo "$2") | awk '{u=$13-$2; s=$15-$4; i=$16-$5; si=$19-$8; t=u+s+i+si+($17-$6)+($18-$7); if (t == 0) t = 1; printf "%s user %d sys %d softirq %d idle %d\n", $1, 100*u/t, 100*s/t, 100*si/t, 100*i/t}'
+}
 run() { # KO[:PARAMS] QPS RC_MTU [PARAMS]
   local extra_ko=; [ "${1#*.ko:}" != "$1" ] && extra_ko=${1#*.ko:}
   KO=${1%%.ko:*}; KO=${KO%.ko}.ko mrc_insmod rc_mtu="$3" ${4//,/ } ${extra_ko//,/ } ${AB_ARGS:-}
@@ -37,11 +42,11 @@ run() { # KO[:PARAMS] QPS RC_MTU [PARAMS]
   P=$((P+1))
   ip netns exec hostB timeout 60 ${AB_TOOL:-ib_write_bw} -d mrcB -x $gb -p $P -F -s 65536 -q $2 -D 5 ${AB_PT_ARGS:-} > /tmp/s.log 2>&1 &
   wait_for 20 vb_tcp_listening hostB $P
-  s0=$(head -1 /proc/stat); c0=$(grep '^cpu[0-9]' /proc/stat)
+  c0=$(grep '^cpu' /proc/stat)
   ip netns exec hostA timeout 60 ${AB_WRAP:-} ${AB_TOOL:-ib_write_bw} -d mrcA -x $ga -p $P -F -s 65536 -q $2 -D 5 ${AB_PT_ARGS:-} 198.18.0.2 > /tmp/c.log 2>&1
-  s1=$(head -1 /proc/stat); c1=$(grep '^cpu[0-9]' /proc/stat); wait
-  echo "=== $(basename "$1") rc_mtu $3 ${4:-} q$2${AB_WRAP:+ ($AB_WRAP)}: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}') $(echo "$s0" "$s1" | awk '{u=$13-$2; s=$15-$4; i=$16-$5; si=$19-$8; t=u+s+i+si+($17-$6)+($18-$7); printf "user %d sys %d softirq %d idle %d", 100*u/t, 100*s/t, 100*si/t, 100*i/t}')"
-  echo "    per CPU: $(paste -d' ' <(echo "$c0") <(echo "$c1") | awk '{u=$13-$2; s=$15-$4; i=$16-$5; si=$19-$8; t=u+s+i+si+($17-$6)+($18-$7); if (t == 0) t = 1; printf "%s user %d sys %d softirq %d idle %d; ", $1, 100*u/t, 100*s/t, 100*si/t, 100*i/t}')"
+  c1=$(grep '^cpu' /proc/stat); wait
+  echo "=== $(basename "$1") rc_mtu $3 ${4:-} q$2${AB_WRAP:+ ($AB_WRAP)}: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}') $(cpu_shares "$c0" "$c1" | head -1 | cut -d' ' -f2-)"
+  echo "    per CPU: $(cpu_shares "$c0" "$c1" | tail -n +2 | paste -sd';')"
   echo "    counters: $(vb_nonzero_counters 'tx_packets|retransmits|tail_probes|sack_recovered|path_timeouts|path_timeouts_overtaken|rx_duplicates|repaths|congestion_repaths|rx_steered|rx_unlocked_copies')"
   rdma link del mrcA; rdma link del mrcB; rmmod rdma_metaroce
 }
