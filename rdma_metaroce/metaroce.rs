@@ -40,7 +40,7 @@ module! {
             description: "UDP destination port of MetaRoCE (not 4791, which RoCEv2/rxe owns)",
         },
         num_paths: u32 {
-            default: 4,
+            default: 8,
             description: "Paths (UDP source ports) each connection sprays over, 1..8",
         },
         cc_target_delay_us: u32 {
