@@ -607,6 +607,7 @@ impl Engine {
             (Counter::PathTimeoutsOvertaken, now.path_timeouts_overtaken, &mut last.path_timeouts_overtaken),
             (Counter::RtoTimeouts, now.rto, &mut last.rto),
             (Counter::TailProbes, now.tlp, &mut last.tlp),
+            (Counter::PathProbes, now.tx_probes, &mut last.tx_probes),
             (Counter::SackRecovered, now.lost_detected, &mut last.lost_detected),
             (Counter::RnrNaks, now.rnr_naks, &mut last.rnr_naks),
             (Counter::RxDuplicates, now.rx_dup, &mut last.rx_dup),

@@ -46,6 +46,9 @@ pub(crate) enum Counter {
     RtoTimeouts,
     /// Tail loss probes sent.
     TailProbes,
+    /// Path probes sent: payload-less packets that test a suspect or failed path
+    /// (spec MR-6.4).
+    PathProbes,
     /// Losses detected from selective acknowledgements and repaired.
     SackRecovered,
     /// Receiver-not-ready NAKs sent.
@@ -97,7 +100,7 @@ pub(crate) enum Counter {
 }
 
 /// Counter names as shown by `rdma statistic show link DEV/1`.
-pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 35] = [
+pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 36] = [
     c"rx_packets",
     c"rx_bytes",
     c"rx_malformed",
@@ -112,6 +115,7 @@ pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 35] = [
     c"path_timeouts_overtaken",
     c"rto_timeouts",
     c"tail_probes",
+    c"path_probes",
     c"sack_recovered",
     c"rnr_naks",
     c"rx_duplicates",
@@ -207,5 +211,6 @@ mod tests {
         assert_eq!(COUNTER_NAMES[Counter::StaleReadNaks as usize], c"stale_read_naks");
         assert_eq!(COUNTER_NAMES[Counter::RxSteered as usize], c"rx_steered");
         assert_eq!(COUNTER_NAMES[Counter::RxUnlockedCopies as usize], c"rx_unlocked_copies");
+        assert_eq!(COUNTER_NAMES[Counter::PathProbes as usize], c"path_probes");
     }
 }
