@@ -47,7 +47,7 @@ run() { # KO[:PARAMS] QPS RC_MTU [PARAMS]
   c1=$(grep '^cpu' /proc/stat); wait
   echo "=== $(basename "$1") rc_mtu $3 ${4:-} q$2${AB_WRAP:+ ($AB_WRAP)}: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}') $(cpu_shares "$c0" "$c1" | head -1 | cut -d' ' -f2-)"
   echo "    per CPU: $(cpu_shares "$c0" "$c1" | tail -n +2 | paste -sd';')"
-  echo "    counters: $(vb_nonzero_counters 'tx_packets|retransmits|tail_probes|sack_recovered|path_timeouts|path_timeouts_overtaken|rx_duplicates|repaths|congestion_repaths|rx_steered|rx_unlocked_copies')"
+  echo "    counters: $(vb_nonzero_counters 'tx_packets|retransmits|tail_probes|path_probes|sack_recovered|path_timeouts|path_timeouts_overtaken|rx_duplicates|repaths|congestion_repaths|rx_steered|rx_unlocked_copies')"
   rdma link del mrcA; rdma link del mrcB; rmmod rdma_metaroce
 }
 tcp() { # iperf3 on the same link, one stream, 5 s
