@@ -45,8 +45,9 @@ run() { # KO[:PARAMS] QPS RC_MTU [PARAMS]
   c0=$(grep '^cpu' /proc/stat)
   ip netns exec hostA timeout 60 ${AB_WRAP:-} ${AB_TOOL:-ib_write_bw} -d mrcA -x $ga -p $P -F -s 65536 -q $2 -D 5 ${AB_PT_ARGS:-} 198.18.0.2 > /tmp/c.log 2>&1
   c1=$(grep '^cpu' /proc/stat); wait
-  echo "=== $(basename "$1") rc_mtu $3 ${4:-} q$2${AB_WRAP:+ ($AB_WRAP)}: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}') $(cpu_shares "$c0" "$c1" | head -1 | cut -d' ' -f2-)"
-  echo "    per CPU: $(cpu_shares "$c0" "$c1" | tail -n +2 | paste -sd';')"
+  local shares; shares=$(cpu_shares "$c0" "$c1")
+  echo "=== $(basename "$1") rc_mtu $3 ${4:-} q$2${AB_WRAP:+ ($AB_WRAP)}: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}') $(head -1 <<< "$shares" | cut -d' ' -f2-)"
+  echo "    per CPU: $(tail -n +2 <<< "$shares" | paste -sd';')"
   echo "    counters: $(vb_nonzero_counters 'tx_packets|retransmits|tail_probes|path_probes|sack_recovered|path_timeouts|path_timeouts_overtaken|rx_duplicates|repaths|congestion_repaths|rx_steered|rx_unlocked_copies')"
   rdma link del mrcA; rdma link del mrcB; rmmod rdma_metaroce
 }
