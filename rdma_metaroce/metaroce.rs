@@ -39,6 +39,9 @@ module! {
             default: 4792,
             description: "UDP destination port of MetaRoCE (not 4791, which RoCEv2/rxe owns)",
         },
+        // Spec: MR-6.1.3 (at least 4 paths, up to 8). 8: a receiver that spreads
+        // packets over CPUs by flow hash spreads one connection only as evenly as
+        // its paths hash (rdma_metaroce.4).
         num_paths: u32 {
             default: 8,
             description: "Paths (UDP source ports) each connection sprays over, 1..8",
