@@ -796,11 +796,17 @@ impl Engine {
         // 1 when the connection's in-flight bookkeeping is consistent (diagnostics).
         put(c"invariants_ok", u64::from(c.check_invariants().is_ok()));
         put(c"timer_armed", u64::from(c.poll_timeout().is_some()));
-        const NAMES: [[&core::ffi::CStr; 4]; 4] = [
-            [c"path0_status", c"path0_cwnd", c"path0_inflight", c"path0_srtt_ns"],
-            [c"path1_status", c"path1_cwnd", c"path1_inflight", c"path1_srtt_ns"],
-            [c"path2_status", c"path2_cwnd", c"path2_inflight", c"path2_srtt_ns"],
-            [c"path3_status", c"path3_cwnd", c"path3_inflight", c"path3_srtt_ns"],
+        put(c"reordering_multiplier", u64::from(c.reordering_multiplier()));
+        // One row per path the protocol core can run (`num_paths` is at most this).
+        const NAMES: [[&core::ffi::CStr; 5]; crate::proto::connection::MAX_PATHS] = [
+            [c"path0_status", c"path0_cwnd", c"path0_inflight", c"path0_srtt_ns", c"path0_rttvar_ns"],
+            [c"path1_status", c"path1_cwnd", c"path1_inflight", c"path1_srtt_ns", c"path1_rttvar_ns"],
+            [c"path2_status", c"path2_cwnd", c"path2_inflight", c"path2_srtt_ns", c"path2_rttvar_ns"],
+            [c"path3_status", c"path3_cwnd", c"path3_inflight", c"path3_srtt_ns", c"path3_rttvar_ns"],
+            [c"path4_status", c"path4_cwnd", c"path4_inflight", c"path4_srtt_ns", c"path4_rttvar_ns"],
+            [c"path5_status", c"path5_cwnd", c"path5_inflight", c"path5_srtt_ns", c"path5_rttvar_ns"],
+            [c"path6_status", c"path6_cwnd", c"path6_inflight", c"path6_srtt_ns", c"path6_rttvar_ns"],
+            [c"path7_status", c"path7_cwnd", c"path7_inflight", c"path7_srtt_ns", c"path7_rttvar_ns"],
         ];
         for (i, n) in NAMES.iter().enumerate() {
             if let Some(p) = c.path_info(i) {
@@ -808,6 +814,7 @@ impl Engine {
                 put(n[1], u64::from(p.cwnd));
                 put(n[2], u64::from(p.inflight));
                 put(n[3], u64::from(p.srtt_ns));
+                put(n[4], u64::from(p.rttvar_ns));
             }
         }
     }

@@ -236,6 +236,9 @@ pub struct PathInfo {
     pub inflight: u32,
     /// Smoothed RTT (ns).
     pub srtt_ns: u32,
+    /// RTT variation (ns), which widens the loss-detection window for packets
+    /// overtaken on other paths (MR-5.3.3).
+    pub rttvar_ns: u32,
     /// Times this path was repathed.
     pub generation: u16,
 }
@@ -941,8 +944,15 @@ impl Connection {
             cwnd: path.cc.cwnd,
             inflight: path.inflight,
             srtt_ns: path.srtt,
+            rttvar_ns: path.rttvar,
             generation: path.generation,
         })
+    }
+
+    /// The reordering multiplier *m* of MR-5.3.6 (0 until a duplicate was
+    /// reported), for diagnostics.
+    pub fn reordering_multiplier(&self) -> u8 {
+        self.reo_mult
     }
 
     /// Smallest buffer `poll_transmit` needs: headers plus one MTU.

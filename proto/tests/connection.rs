@@ -1809,3 +1809,40 @@ fn flush_without_a_placement_type_is_refused_and_discarded() {
     t.run(5);
     assert_eq!(t.comps_a()[0].status, WcStatus::Success);
 }
+
+#[test]
+fn duplicate_reports_raise_the_reordering_multiplier_once_per_srtt() {
+    // Spec: MR-5.3.6 — each WRITE reaches B three times over a 40 us round
+    // trip, so A gets ACKs with DUP together; it raises m by one at most once
+    // per largest srtt, up to 4, and reports it.
+    let mut t = Pair::new(|c| c.num_paths = 1);
+    assert_eq!(t.a.reordering_multiplier(), 0);
+    let round = |t: &mut Pair, id: u64| {
+        t.ma.set_local(id, vec![1; 10]);
+        t.a.post_send(SendWr::write(id, 10, 0x1000, 0x77)).unwrap();
+        let pa = t.out_a();
+        assert!(!pa.is_empty());
+        t.tick(20_000);
+        let mut acks = vec![];
+        for _ in 0..3 {
+            for p in &pa {
+                t.deliver_b(p);
+            }
+            acks.extend(t.out_b());
+        }
+        assert!(acks.len() >= 2, "{} ACKs", acks.len());
+        t.tick(20_000);
+        for p in &acks {
+            t.deliver_a(p);
+        }
+        t.run(5);
+        t.a.reordering_multiplier()
+    };
+    assert_eq!(round(&mut t, 1), 1, "several DUP reports within one srtt");
+    let p = t.a.path_info(0).unwrap();
+    assert!(p.srtt_ns >= 30_000 && p.rttvar_ns > 0, "{p:?}");
+    let m: Vec<u8> = (2..7).map(|id| round(&mut t, id)).collect();
+    assert_eq!(m, [2, 3, 4, 4, 4]);
+    assert!(t.b.stats().rx_dup >= 12);
+    assert_eq!(t.comps_a().len(), 6);
+}
