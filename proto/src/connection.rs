@@ -40,10 +40,12 @@ pub const RQ_DEPTH: usize = 64;
 /// unacknowledged one; responder message slots (MR-4.1.3).
 pub const MSG_WINDOW: u32 = 32;
 /// Outstanding RDMA READ + atomic requests per QP (max_rd_atomic, MR-4.4.2).
-pub const MAX_RD_ATOMIC: u32 = 16;
+/// With 16, one QP's 64 KiB READs stalled for credits (1 MiB in flight over
+/// the ~3 ms read round trip of a loaded software link).
+pub const MAX_RD_ATOMIC: u32 = super::wire::MAX_RD_ATOMIC as u32;
 /// Responder read/atomic response jobs, i.e. the atomic replay cache size
-/// (MR-5.6.3).
-pub const RESP_JOBS: usize = 32;
+/// (MR-5.6.3): twice the outstanding requests a requester may have.
+pub const RESP_JOBS: usize = 2 * MAX_RD_ATOMIC as usize;
 /// Completion queue entries held by a connection.
 pub const CQ_DEPTH: usize = SQ_DEPTH + RQ_DEPTH;
 /// Bytes at the end of a message that are placed last (MR-4.3.3).
@@ -3251,7 +3253,7 @@ mod size_tests {
             assert_eq!(core::mem::size_of::<MsgSlot>(), 144);
             assert_eq!(core::mem::size_of::<SqEntry>(), 72);
             assert_eq!(core::mem::size_of::<Path>(), 176);
-            assert_eq!(core::mem::size_of::<Connection>(), 26_048);
+            assert_eq!(core::mem::size_of::<Connection>(), 27_584);
         }
     }
 }

@@ -296,3 +296,32 @@ fn connection_parameter_block_mtu_range() {
     }
     assert_eq!((MIN_MTU, MAX_MTU), (256, 65000));
 }
+
+#[test]
+fn connection_parameter_block_rd_atomic_range() {
+    // Spec: MR-7.1.3 (Max RD Atomic 1..=32, a block outside it is refused),
+    // MR-7.1.4 (both ends use the smaller).
+    let parse_rd = |max_rd_atomic: u8| {
+        let p = ConnParams {
+            version: 1,
+            paths: 4,
+            qpn: 7,
+            initial_tsn: 1,
+            mtu: 4096,
+            udp_port: 4792,
+            max_rd_atomic,
+            flags: 0,
+        };
+        let mut buf = [0u8; 24];
+        p.emit(&mut ParamsBlock::new_unchecked(&mut buf[..]))
+            .unwrap();
+        ConnParams::parse(&ParamsBlock::new_unchecked(&buf[..])).map(|q| q.max_rd_atomic)
+    };
+    for ok in [1, 16, 17, MAX_RD_ATOMIC] {
+        assert_eq!(parse_rd(ok), Ok(ok), "Max RD Atomic {ok}");
+    }
+    for bad in [0, MAX_RD_ATOMIC + 1, u8::MAX] {
+        assert_eq!(parse_rd(bad), Err(WireError::Malformed), "Max RD Atomic {bad}");
+    }
+    assert_eq!(MAX_RD_ATOMIC, 32);
+}

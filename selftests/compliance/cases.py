@@ -1879,13 +1879,13 @@ def t_msg_window(T):
               "messages in flight: %d, highest MSN %s", len(msns), max(msns) if msns else None)
 
 
-@case("MR-4.4.2", "at most 16 READ/atomic requests outstanding")
+@case("MR-4.4.2", "at most 32 READ/atomic requests outstanding (the v1 maximum)")
 def t_rd_atomic_limit(T):
     with link(T, **QUIET_TIMERS) as L:
-        for i in range(20):
+        for i in range(40):
             post(T, L, i, "read", len=8, va=0, rkey=1)
         rx, _ = burst(L, quiet=0.15, limit=8.0, first=1.0)
-        check(len(rx) == 16, "%d READ requests outstanding, limit 16", len(rx))
+        check(len(rx) == 32, "%d READ requests outstanding, limit 32", len(rx))
 
 
 @case("MR-7.1.4 MR-4.4.2", "the smaller advertised Max RD Atomic limits outstanding READs")
@@ -2281,7 +2281,7 @@ def connect(T, L_kw, block_kw):
 def t_params(T):
     need(T, "connect")
     for bad in (dict(magic=0x4D53), dict(ver=2), dict(paths=0), dict(paths=9), dict(mtu=255),
-                dict(mtu=65001), dict(rd=0), dict(rd=17), dict(port=0)):
+                dict(mtu=65001), dict(rd=0), dict(rd=33), dict(port=0)):
         try:
             L, r = connect(T, {}, bad)
         except DutError:
@@ -2293,7 +2293,7 @@ def t_params(T):
         p = parse_params(bytes.fromhex(r["params"]))
         check(p["magic"] == 0x4D52 and p["ver"] == 1 and p["qpn"] == L.dqpn and
               p["tsn"] == L.dtsn0 and p["mtu"] == 4096 and p["port"] == T.port and
-              1 <= p["rd"] <= 16 and p["rsv"] == (0, 0, 0) and 1 <= p["paths"] <= 8,
+              1 <= p["rd"] <= 32 and p["rsv"] == (0, 0, 0) and 1 <= p["paths"] <= 8,
               "DUT parameter block %s", p)
         post(T, L, 1, "write", len=3000, va=0, rkey=1)
         rx = collect(L, 3, 1.0, first_tx)

@@ -143,7 +143,7 @@ class Qp:
         attr.dest_qp_num = num(a["peer_qpn"])
         attr.sq_psn = tsn
         attr.rq_psn = peer_tsn
-        rd = num(a.get("max_rd_atomic", "16"))
+        rd = num(a.get("max_rd_atomic", "32"))
         attr.max_rd_atomic = rd
         attr.max_dest_rd_atomic = rd
         if "rnr_timer" in a:

@@ -39,7 +39,7 @@ pub use self::ext::{
 };
 pub use self::packet::{Body, PacketRepr, ACK_EXT_LEN};
 pub use self::params::{
-    ConnParams, ParamsBlock, MAX_MTU, MIN_MTU, PARAMS_FLAG_CREDIT, PARAMS_MAGIC,
+    ConnParams, ParamsBlock, MAX_MTU, MAX_RD_ATOMIC, MIN_MTU, PARAMS_FLAG_CREDIT, PARAMS_MAGIC,
 };
 pub use self::payload::{Payload, HEADERS_MAX};
 pub use self::request::{

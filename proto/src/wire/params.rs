@@ -27,6 +27,9 @@ pub const MIN_MTU: u16 = 256;
 /// Largest MetaRoCE MTU (MR-2.6.1): what is left of a 64 KiB IP datagram once
 /// IPv6, UDP and the largest MetaRoCE headers are counted, rounded down.
 pub const MAX_MTU: u16 = 65000;
+/// Largest `Max RD Atomic` a block may carry (MR-7.1.3): READ/atomic requests
+/// outstanding per QP (MR-4.4.2).
+pub const MAX_RD_ATOMIC: u8 = 32;
 /// Flag: the endpoint sends credit hints (MR-8.4.1).
 pub const PARAMS_FLAG_CREDIT: u8 = 0x01;
 
@@ -101,7 +104,7 @@ impl ConnParams {
         if !(1..=8).contains(&p.paths)
             || !(MIN_MTU..=MAX_MTU).contains(&p.mtu)
             || p.udp_port == 0
-            || !(1..=16).contains(&p.max_rd_atomic)
+            || !(1..=MAX_RD_ATOMIC).contains(&p.max_rd_atomic)
         {
             return Err(WireError::Malformed);
         }
