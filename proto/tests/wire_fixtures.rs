@@ -269,24 +269,35 @@ fn connection_parameter_block_fixture() {
     assert_eq!(ConnParams::agree(&p, &other), (1024, 8));
 }
 
+/// A valid parameter block's fields, for tests that vary one of them.
+const PLAIN_PARAMS: ConnParams = ConnParams {
+    version: 1,
+    paths: 4,
+    qpn: 7,
+    initial_tsn: 1,
+    mtu: 4096,
+    udp_port: 4792,
+    max_rd_atomic: 4,
+    flags: 0,
+};
+
+/// Emits `p` into a block and parses it back (MR-7.1.3).
+fn params_round_trip(p: ConnParams) -> Result<ConnParams, WireError> {
+    let mut buf = [0u8; 24];
+    p.emit(&mut ParamsBlock::new_unchecked(&mut buf[..]))
+        .unwrap();
+    ConnParams::parse(&ParamsBlock::new_unchecked(&buf[..]))
+}
+
 #[test]
 fn connection_parameter_block_mtu_range() {
     // Spec: MR-2.6.1 (256..=65000), MR-7.1.3 (a block outside it is refused).
     let parse_mtu = |mtu: u16| {
-        let p = ConnParams {
-            version: 1,
-            paths: 4,
-            qpn: 7,
-            initial_tsn: 1,
+        params_round_trip(ConnParams {
             mtu,
-            udp_port: 4792,
-            max_rd_atomic: 4,
-            flags: 0,
-        };
-        let mut buf = [0u8; 24];
-        p.emit(&mut ParamsBlock::new_unchecked(&mut buf[..]))
-            .unwrap();
-        ConnParams::parse(&ParamsBlock::new_unchecked(&buf[..])).map(|q| q.mtu)
+            ..PLAIN_PARAMS
+        })
+        .map(|q| q.mtu)
     };
     for ok in [MIN_MTU, 4096, 9000, 9001, 61440, MAX_MTU] {
         assert_eq!(parse_mtu(ok), Ok(ok), "MTU {ok}");
@@ -302,20 +313,11 @@ fn connection_parameter_block_rd_atomic_range() {
     // Spec: MR-7.1.3 (Max RD Atomic 1..=32, a block outside it is refused),
     // MR-7.1.4 (both ends use the smaller).
     let parse_rd = |max_rd_atomic: u8| {
-        let p = ConnParams {
-            version: 1,
-            paths: 4,
-            qpn: 7,
-            initial_tsn: 1,
-            mtu: 4096,
-            udp_port: 4792,
+        params_round_trip(ConnParams {
             max_rd_atomic,
-            flags: 0,
-        };
-        let mut buf = [0u8; 24];
-        p.emit(&mut ParamsBlock::new_unchecked(&mut buf[..]))
-            .unwrap();
-        ConnParams::parse(&ParamsBlock::new_unchecked(&buf[..])).map(|q| q.max_rd_atomic)
+            ..PLAIN_PARAMS
+        })
+        .map(|q| q.max_rd_atomic)
     };
     for ok in [1, 16, 17, MAX_RD_ATOMIC] {
         assert_eq!(parse_rd(ok), Ok(ok), "Max RD Atomic {ok}");
@@ -324,4 +326,15 @@ fn connection_parameter_block_rd_atomic_range() {
         assert_eq!(parse_rd(bad), Err(WireError::Malformed), "Max RD Atomic {bad}");
     }
     assert_eq!(MAX_RD_ATOMIC, 32);
+    let (v1_peer, ours) = (
+        ConnParams {
+            max_rd_atomic: 16,
+            ..PLAIN_PARAMS
+        },
+        ConnParams {
+            max_rd_atomic: MAX_RD_ATOMIC,
+            ..PLAIN_PARAMS
+        },
+    );
+    assert_eq!(ConnParams::agree(&ours, &v1_peer), (4096, 16));
 }
