@@ -1881,6 +1881,8 @@ def t_msg_window(T):
 
 @case("MR-4.4.2", "at most 32 READ/atomic requests outstanding (the v1 maximum)")
 def t_rd_atomic_limit(T):
+    # With the v1 maximum equal to the message window (32, MR-4.1.2), this case
+    # cannot tell the two limits apart; params_rd_atomic checks a smaller one.
     with link(T, **QUIET_TIMERS) as L:
         for i in range(40):
             post(T, L, i, "read", len=8, va=0, rkey=1)
