@@ -423,6 +423,10 @@ struct Path {
     /// Packets of this path declared lost through a later packet of another path
     /// since one of its own was last acknowledged (MR-5.3.3).
     lost_unseen: u8,
+    /// When the first packet of the current `lost_unseen` run was sent (0:
+    /// none): the packets the run takes off the path do not restart the
+    /// path's RTO once it has two (MR-5.3.5).
+    overtaken_since: u64,
     backoff: u8,
     probe_pending: bool,
     probe_at: u64,
@@ -465,6 +469,7 @@ impl Path {
             cc: PathCc::new(cwnd),
             timeouts: 0,
             lost_unseen: 0,
+            overtaken_since: 0,
             backoff: 0,
             probe_pending: false,
             probe_at: 0,
@@ -2101,6 +2106,7 @@ impl Connection {
             self.rack_sent = self.rack_sent.max(k.sent);
             let path = &mut self.paths[(k.path as usize) % MAX_PATHS];
             path.lost_unseen = 0;
+            path.overtaken_since = 0;
             path.inflight = path.inflight.saturating_sub(k.len as u32);
             path.acked_bytes = path.acked_bytes.saturating_add(k.len as u32);
             if (!path.has_acked_psn || seq_lt(path.acked_psn, k.psn))
@@ -2116,7 +2122,7 @@ impl Connection {
             // time faster than its path RTO keep it from ever timing out.
             let from = k.rescued_from as usize;
             if k.rescued_from != NO_PATH && from != echo && from < self.cfg.num_paths as usize {
-                self.count_overtaken_loss(now, from);
+                self.count_overtaken_loss(now, from, k.sent);
             }
         }
         self.pkts[i].state = S_ACKED;
@@ -2207,7 +2213,7 @@ impl Connection {
                 let t = self.tsn_of(path.head);
                 self.stats.lost_detected += 1;
                 self.count_loss_for_reordering();
-                if ahead <= 0 && self.count_overtaken_loss(now, q) {
+                if ahead <= 0 && self.count_overtaken_loss(now, q, k.sent) {
                     return;
                 }
                 self.mark_lost(t);
@@ -2225,10 +2231,16 @@ impl Connection {
     /// timeout (MR-6.3.2). While reordering is being seen (MR-5.3.6) it takes
     /// a longer run: a path that is only slower now and then is overtaken as
     /// well.
-    fn count_overtaken_loss(&mut self, now: u64, q: usize) -> bool {
+    ///
+    /// `sent`: when that packet was sent (for an original rescued by a probe,
+    /// when its copy was: later, so the path's clock is not moved earlier).
+    fn count_overtaken_loss(&mut self, now: u64, q: usize, sent: u64) -> bool {
         let needed = 3 * (1 + self.reo_mult);
         let p = &mut self.paths[q];
         p.lost_unseen = p.lost_unseen.saturating_add(1);
+        if p.lost_unseen == 1 || p.overtaken_since == 0 {
+            p.overtaken_since = sent.max(1);
+        }
         if p.lost_unseen < needed {
             return false;
         }
@@ -2394,6 +2406,19 @@ impl Connection {
     // Timers (MR-5.3, MR-5.5, MR-6.4)
     // ------------------------------------------------------------------
 
+    /// Spec: MR-5.3.5 — when path `q`'s RTO started, given that its oldest
+    /// in-flight packet was sent at `head_sent`: then, or when the first packet
+    /// of its current run of losses to overtaking was sent, if that run has two
+    /// packets or more (they leave the path's list but say nothing arrived).
+    fn path_clock(&self, q: usize, head_sent: u64) -> u64 {
+        let p = &self.paths[q];
+        if p.lost_unseen >= 2 && p.overtaken_since != 0 {
+            p.overtaken_since.min(head_sent)
+        } else {
+            head_sent
+        }
+    }
+
     /// Spec: MR-5.5.2.
     fn path_rto(&self, q: usize) -> u64 {
         let p = &self.paths[q];
@@ -2467,7 +2492,8 @@ impl Connection {
             }
             if sel && p.head != NIL {
                 let k = &self.pkts[p.head as usize];
-                t = t.min(k.sent.saturating_add(self.path_rto(q)));
+                let oldest = self.path_clock(q, k.sent);
+                t = t.min(oldest.saturating_add(self.path_rto(q)));
                 let on_path = p.has_acked_psn && seq_lt(k.psn, p.acked_psn);
                 if on_path || (p.has_rtt && self.rack_sent > k.sent) {
                     t = t.min(k.sent.saturating_add(self.rack_window(q, on_path)));
@@ -2517,13 +2543,11 @@ impl Connection {
             if sel {
                 self.detect_losses(now, q);
                 let head = self.paths[q].head;
-                if head != NIL
-                    && now
-                        >= self.pkts[head as usize]
-                            .sent
-                            .saturating_add(self.path_rto(q))
-                {
-                    self.path_timeout(now, q);
+                if head != NIL {
+                    let oldest = self.path_clock(q, self.pkts[head as usize].sent);
+                    if now >= oldest.saturating_add(self.path_rto(q)) {
+                        self.path_timeout(now, q);
+                    }
                 }
             }
             let p = &mut self.paths[q];
@@ -2576,6 +2600,7 @@ impl Connection {
     /// collapse its window, stop using it and probe it.
     fn path_timeout(&mut self, now: u64, q: usize) {
         self.stats.path_timeouts += 1;
+        self.paths[q].overtaken_since = 0;
         while self.paths[q].head != NIL {
             let t = self.tsn_of(self.paths[q].head);
             self.mark_lost(t);
@@ -2847,6 +2872,13 @@ impl Connection {
         // Spec: MR-5.3.1 — remember path, PSN and send time, in PSN order.
         let psn = self.paths[q].psn_next;
         self.paths[q].psn_next = psn.wrapping_add(1);
+        // A run of losses to overtaking on a path that then sat idle for longer
+        // than its RTO (so it never timed out) is history: it does not time out
+        // the path the moment it is used again (MR-5.3.5).
+        let since = self.paths[q].overtaken_since;
+        if self.paths[q].head == NIL && since != 0 && now >= since.saturating_add(self.path_rto(q)) {
+            self.paths[q].overtaken_since = 0;
+        }
         {
             let k = &mut self.pkts[i];
             k.path = q as u8;
@@ -3252,8 +3284,8 @@ mod size_tests {
         {
             assert_eq!(core::mem::size_of::<MsgSlot>(), 144);
             assert_eq!(core::mem::size_of::<SqEntry>(), 72);
-            assert_eq!(core::mem::size_of::<Path>(), 176);
-            assert_eq!(core::mem::size_of::<Connection>(), 27_584);
+            assert_eq!(core::mem::size_of::<Path>(), 184);
+            assert_eq!(core::mem::size_of::<Connection>(), 27_648);
         }
     }
 }
