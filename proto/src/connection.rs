@@ -442,6 +442,10 @@ struct Path {
     rx_ce: u16,
     rx_cnt: u16,
     rx_unacked: u16,
+    /// Highest TSN accepted on this path since its last ACK (meaningful while
+    /// `rx_unacked > 0`): another path's ACK whose cumulative TSN passes it
+    /// acknowledges all of them (MR-5.4.1).
+    rx_tsn_hi: u32,
     rx_port: u16,
     ack_due: u64,
     ack_now: bool,
@@ -484,6 +488,7 @@ impl Path {
             rx_ce: 0,
             rx_cnt: 0,
             rx_unacked: 0,
+            rx_tsn_hi: 0,
             rx_port: 0,
             ack_due: 0,
             ack_now: false,
@@ -1347,6 +1352,9 @@ impl Connection {
                 let every = self.cfg.ack_every as u16;
                 let delay = self.cfg.ack_delay.as_nanos();
                 let path = &mut self.paths[p];
+                if path.rx_unacked == 0 || seq_lt(path.rx_tsn_hi, base.tsn) {
+                    path.rx_tsn_hi = base.tsn;
+                }
                 path.rx_unacked = path.rx_unacked.saturating_add(1);
                 // Spec: MR-5.4.1 — ACK every `ack_every` packets or after `ack_delay`.
                 if path.rx_unacked >= every {
@@ -3171,6 +3179,25 @@ impl Connection {
         p.dup = false;
         if probe {
             p.probe_reply = false;
+        }
+        // Spec: MR-5.4.1 — the ACK's cumulative TSN acknowledges the packets of
+        // every path below it: a path whose ACK was only delayed (nothing that
+        // asks for one at once) and whose packets it all covers needs none of
+        // its own. Its CE and received counts carry over to its next ACK. With
+        // a message's packets spread over the paths, this is one ACK per message
+        // instead of one per packet.
+        let cum = self.rcv_nxt;
+        for r in self.paths.iter_mut() {
+            if r.ack_due != 0
+                && !r.ack_now
+                && !r.dup
+                && !r.probe_reply
+                && r.rx_unacked > 0
+                && seq_lt(r.rx_tsn_hi, cum)
+            {
+                r.ack_due = 0;
+                r.rx_unacked = 0;
+            }
         }
     }
 

@@ -415,14 +415,24 @@ fn uc_drops_a_long_write_whose_first_packet_fails() {
     assert_eq!(&t.mb.region(0x77)[..100], &[2; 100][..]);
 }
 
-/// Runs `t` with timers until both sides are quiet (no deadline within 1 s),
-/// resuming `b`'s delivery each round as a driver does once a fault is served.
+/// Runs `t` with timers until both sides are quiet (a round moves no packet
+/// and neither has a deadline), resuming `b`'s delivery each round as a driver
+/// does once a fault is served.
 fn run_serving_faults(t: &mut Pair) {
     for _ in 0..10_000 {
         t.b.resume_delivery(Instant(t.now), &mut t.mb);
         t.a.resume_delivery(Instant(t.now), &mut t.ma);
-        t.run(1);
-        if t.a.poll_timeout().is_none() && t.b.poll_timeout().is_none() {
+        let pa = t.out_a();
+        for p in &pa {
+            t.deliver_b(p);
+        }
+        let pb = t.out_b();
+        for p in &pb {
+            t.deliver_a(p);
+        }
+        t.tick(1_000);
+        let moved = !pa.is_empty() || !pb.is_empty();
+        if !moved && t.a.poll_timeout().is_none() && t.b.poll_timeout().is_none() {
             return;
         }
         t.advance_until(t.now + 1_000_000_000);
@@ -1845,4 +1855,53 @@ fn duplicate_reports_raise_the_reordering_multiplier_once_per_srtt() {
     assert_eq!(m, [2, 3, 4, 4, 4]);
     assert!(t.b.stats().rx_dup >= 12);
     assert_eq!(t.comps_a().len(), 6);
+}
+
+
+/// Spec: MR-5.4.1 — an ACK whose cumulative TSN is beyond every packet another
+/// path has accepted since its last ACK stands in for that path's delayed ACK;
+/// one that is not keeps it.
+#[test]
+fn an_ack_covering_another_paths_packets_replaces_its_delayed_ack() {
+    let mut t = Pair::new(|c| {
+        c.mtu = 1024;
+        c.ack_delay = Duration::from_micros(100);
+    });
+    let acks = |v: &[(u16, Vec<u8>)]| v.iter().filter(|p| is_ack(p)).map(path_of).collect::<Vec<_>>();
+    // A two-packet message arriving in order: one ACK, on the last packet's
+    // path (ACK_REQ and delivery), and none from the first packet's path once
+    // its delayed-ACK deadline has passed.
+    t.ma.set_local(1, vec![5; 2048]);
+    t.a.post_send(SendWr::write(1, 2048, 0x1000, 0x77)).unwrap();
+    let data: Vec<_> = t.out_a().into_iter().filter(is_data).collect();
+    assert_eq!(data.len(), 2);
+    assert_ne!(path_of(&data[0]), path_of(&data[1]));
+    for p in &data {
+        t.deliver_b(p);
+    }
+    let out = t.out_b();
+    assert_eq!(acks(&out), [path_of(&data[1])]);
+    t.tick(200_000);
+    assert_eq!(acks(&t.out_b()), [] as [usize; 0], "a delayed ACK followed the covering one");
+    assert_eq!(t.b.poll_timeout(), None);
+    for p in &out {
+        t.deliver_a(p);
+    }
+    assert_eq!(t.comps_a().iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(), [(1, WcStatus::Success)]);
+    // Three packets, the first one late: the last one's ACK (cumulative TSN
+    // still at the first) does not cover the second's path, which is
+    // acknowledged when its delay is up; the first one's arrival delivers the
+    // message and is acknowledged at once.
+    t.ma.set_local(2, vec![6; 3072]);
+    t.a.post_send(SendWr::write(2, 3072, 0x1000, 0x77)).unwrap();
+    let data: Vec<_> = t.out_a().into_iter().filter(is_data).collect();
+    assert_eq!(data.len(), 3);
+    t.deliver_b(&data[1]);
+    t.deliver_b(&data[2]);
+    assert_eq!(acks(&t.out_b()), [path_of(&data[2])]);
+    t.tick(200_000);
+    assert_eq!(acks(&t.out_b()), [path_of(&data[1])]);
+    t.deliver_b(&data[0]);
+    assert_eq!(acks(&t.out_b()), [path_of(&data[0])]);
+    assert_eq!(&t.mb.region(0x77)[..3072], &[6; 3072][..]);
 }
