@@ -88,16 +88,22 @@ impl Pair {
     /// Perfect network until quiet, advancing time and firing timers.
     fn run(&mut self, rounds: usize) {
         for _ in 0..rounds {
-            let pa = self.out_a();
-            for p in &pa {
-                self.deliver_b(p);
-            }
-            let pb = self.out_b();
-            for p in &pb {
-                self.deliver_a(p);
-            }
-            self.tick(1_000);
+            self.round(1_000);
         }
+    }
+    /// One round on a perfect network: A's packets to B, B's to A, then `step`
+    /// ns and the timers due. Returns whether any packet moved.
+    fn round(&mut self, step: u64) -> bool {
+        let pa = self.out_a();
+        for p in &pa {
+            self.deliver_b(p);
+        }
+        let pb = self.out_b();
+        for p in &pb {
+            self.deliver_a(p);
+        }
+        self.tick(step);
+        !pa.is_empty() || !pb.is_empty()
     }
     fn tick(&mut self, ns: u64) {
         self.now += ns;
@@ -422,16 +428,7 @@ fn run_serving_faults(t: &mut Pair) {
     for _ in 0..10_000 {
         t.b.resume_delivery(Instant(t.now), &mut t.mb);
         t.a.resume_delivery(Instant(t.now), &mut t.ma);
-        let pa = t.out_a();
-        for p in &pa {
-            t.deliver_b(p);
-        }
-        let pb = t.out_b();
-        for p in &pb {
-            t.deliver_a(p);
-        }
-        t.tick(1_000);
-        let moved = !pa.is_empty() || !pb.is_empty();
+        let moved = t.round(1_000);
         if !moved && t.a.poll_timeout().is_none() && t.b.poll_timeout().is_none() {
             return;
         }
@@ -592,15 +589,7 @@ fn rnr_retry_exceeded() {
 fn run_for(t: &mut Pair, ns: u64, step: u64) {
     let end = t.now + ns;
     while t.now < end {
-        let pa = t.out_a();
-        for p in &pa {
-            t.deliver_b(p);
-        }
-        let pb = t.out_b();
-        for p in &pb {
-            t.deliver_a(p);
-        }
-        t.tick(step);
+        t.round(step);
     }
 }
 
