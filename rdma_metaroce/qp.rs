@@ -18,8 +18,10 @@ pub(crate) const MAX_SGE: u32 = 32;
 pub(crate) const MAX_INLINE: u32 = 256;
 /// QP slots per device (`max_qp`). QP numbers are `salt << 14 | slot`.
 pub(crate) const MAX_QP: u32 = 1 << 14;
-/// Largest RDMA read/atomic depth (`max_qp_rd_atom`).
-pub(crate) const MAX_RD_ATOMIC: u8 = 128;
+/// Largest RDMA read/atomic depth (`max_qp_rd_atom`): what the transport keeps
+/// outstanding (spec MR-4.4.2), so that an application asking for more is told
+/// (EINVAL) instead of getting fewer than it set.
+pub(crate) const MAX_RD_ATOMIC: u8 = crate::proto::wire::MAX_RD_ATOMIC;
 
 /// Transport service of a QP.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

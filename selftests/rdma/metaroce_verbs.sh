@@ -19,6 +19,9 @@ mk_hosts
 A rdma link add mrc0 type metaroce netdev veth0
 B rdma link add fabric7 type metaroce netdev veth1
 
+# mrc0's RoCE v2 GID of 198.18.0.1, for the pyverbs snippets that address the peer.
+wait_for 10 gid_idx mrc0 0000:0000:0000:0000:0000:ffff:c612:0001
+GID_A=$(gid_idx mrc0 0000:0000:0000:0000:0000:ffff:c612:0001)
 check "ibv_devices lists mrc0" bash -c "ibv_devices | grep -qw mrc0"
 check "the provider matches any link name (fabric7), by the parent's modalias" bash -c "ibv_devices | grep -qw fabric7 && grep -qx platform:rdma_metaroce /sys/class/infiniband/fabric7/device/modalias"
 check "ibv_devinfo -v: port 1 PORT_ACTIVE, link layer Ethernet" bash -c "ibv_devinfo -v -d mrc0 > /tmp/devinfo && grep -q 'state:.*PORT_ACTIVE' /tmp/devinfo && grep -q 'link_layer:.*Ethernet' /tmp/devinfo"
@@ -74,7 +77,8 @@ from pyverbs.cq import CQ
 ctx = d.Context(name='mrc0'); pd = PD(ctx); cq = CQ(ctx, 32)
 import os; os._exit(0)
 PY
-check "pyverbs: RC QP RESET->INIT->RTR->RTS with the peer's address; query_qp reports the attributes" py <<'PY'
+check "pyverbs: RC QP RESET->INIT->RTR->RTS with the peer's address; query_qp reports the attributes" py "$GID_A" <<'PY'
+import sys
 import pyverbs.device as d
 from pyverbs_compat import e
 from pyverbs.pd import PD
@@ -84,15 +88,7 @@ from pyverbs.addr import AHAttr, GlobalRoute, GID
 ctx = d.Context(name='mrc0'); pd = PD(ctx); cq = CQ(ctx, 16)
 qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(max_send_wr=8, max_recv_wr=8)))
 assert qp.qp_num > 1
-# The GID index of 198.18.0.1 as a RoCE v2 GID, from sysfs.
-base = '/sys/class/infiniband/mrc0/ports/1/'
-def sysfs(p):
-    try:
-        return open(base + p).read().strip()
-    except OSError:
-        return ''
-gid_index = next(i for i in range(128) if sysfs('gids/%d' % i) == '0000:0000:0000:0000:0000:ffff:c612:0001'
-                 and sysfs('gid_attrs/types/%d' % i) == 'RoCE v2')
+gid_index = int(sys.argv[1])  # mrc0's RoCE v2 GID of 198.18.0.1
 a = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=1)
 a.qp_access_flags = e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_LOCAL_WRITE
 qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
@@ -141,6 +137,39 @@ ud.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_QKE
 assert ud.query(e.IBV_QP_QKEY)[0].qkey == 0x11111111
 assert ud.qp_num != qp.qp_num
 PY
+check "pyverbs: max_qp_rd_atom is the 32 READs the transport keeps outstanding; 33 is refused with EINVAL" py "$GID_A" <<'PY'
+import sys
+import errno
+import pyverbs.device as d
+from pyverbs_compat import e
+from pyverbs.pd import PD
+from pyverbs.cq import CQ
+from pyverbs.qp import QP, QPInitAttr, QPCap, QPAttr
+from pyverbs.addr import AHAttr, GlobalRoute, GID
+from pyverbs.pyverbs_error import PyverbsRDMAError
+ctx = d.Context(name='mrc0'); pd = PD(ctx); cq = CQ(ctx, 16)
+da = ctx.query_device()
+assert (da.max_qp_rd_atom, da.max_qp_init_rd_atom) == (32, 32), (da.max_qp_rd_atom, da.max_qp_init_rd_atom)
+gid_index = int(sys.argv[1])  # mrc0's RoCE v2 GID of 198.18.0.1
+qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(max_send_wr=4, max_recv_wr=4)))
+a = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=1)
+a.qp_access_flags = e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_LOCAL_WRITE
+qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
+gr = GlobalRoute(dgid=GID('0000:0000:0000:0000:0000:ffff:c612:0002'), sgid_index=gid_index)
+for rd, ok in ((33, False), (32, True)):
+    a = QPAttr(qp_state=e.IBV_QPS_RTR, cur_qp_state=e.IBV_QPS_INIT, path_mtu=e.IBV_MTU_1024)
+    a.dest_qp_num = 0x1234; a.rq_psn = 0x111; a.max_dest_rd_atomic = rd; a.min_rnr_timer = 12
+    a.ah_attr = AHAttr(gr=gr, is_global=1, port_num=1)
+    try:
+        qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN | e.IBV_QP_RQ_PSN
+                  | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+    except PyverbsRDMAError as x:
+        assert not ok and x.error_code == errno.EINVAL, (rd, x)
+    else:
+        assert ok, "max_dest_rd_atomic %d accepted" % rd
+assert qp.query(e.IBV_QP_STATE)[0].qp_state == e.IBV_QPS_RTR
+qp.close(); cq.close(); pd.close(); ctx.close()
+PY
 check "pyverbs: register user memory MRs; keys are unique and carry the access rights" py <<'PY'
 import pyverbs.device as d
 from pyverbs_compat import e
@@ -173,7 +202,8 @@ except PyverbsRDMAError as x:
 else:
     raise SystemExit("accepted")
 PY
-check "pyverbs: address handles need a GRH (EINVAL without); one to 198.18.0.2 is created" py <<'PY'
+check "pyverbs: address handles need a GRH (EINVAL without); one to 198.18.0.2 is created" py "$GID_A" <<'PY'
+import sys
 import errno
 import pyverbs.device as d
 from pyverbs_compat import e
@@ -181,14 +211,7 @@ from pyverbs.pd import PD
 from pyverbs.addr import AH, AHAttr, GlobalRoute, GID
 from pyverbs.pyverbs_error import PyverbsRDMAError
 ctx = d.Context(name='mrc0'); pd = PD(ctx)
-base = '/sys/class/infiniband/mrc0/ports/1/'
-def sysfs(p):
-    try:
-        return open(base + p).read().strip()
-    except OSError:
-        return ''
-gid_index = next(i for i in range(128) if sysfs('gids/%d' % i) == '0000:0000:0000:0000:0000:ffff:c612:0001'
-                 and sysfs('gid_attrs/types/%d' % i) == 'RoCE v2')
+gid_index = int(sys.argv[1])  # mrc0's RoCE v2 GID of 198.18.0.1
 gr = GlobalRoute(dgid=GID('0000:0000:0000:0000:0000:ffff:c612:0002'), sgid_index=gid_index)
 ah = AH(pd, attr=AHAttr(gr=gr, is_global=1, port_num=1))
 ah.close()
