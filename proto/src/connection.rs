@@ -2246,6 +2246,7 @@ impl Connection {
         let needed = 3 * (1 + self.reo_mult);
         let p = &mut self.paths[q];
         p.lost_unseen = p.lost_unseen.saturating_add(1);
+        // A new run, or one whose clock a path timeout or an idle spell cleared.
         if p.lost_unseen == 1 || p.overtaken_since == 0 {
             p.overtaken_since = sent.max(1);
         }
@@ -2880,9 +2881,10 @@ impl Connection {
         // Spec: MR-5.3.1 — remember path, PSN and send time, in PSN order.
         let psn = self.paths[q].psn_next;
         self.paths[q].psn_next = psn.wrapping_add(1);
-        // A run of losses to overtaking on a path that then sat idle for longer
-        // than its RTO (so it never timed out) is history: it does not time out
-        // the path the moment it is used again (MR-5.3.5).
+        // Spec: MR-5.3.5 — a run of losses to overtaking on a path that then sat
+        // idle past its RTO (so it never timed out) does not time the path out
+        // the moment it is used again: the run's next loss restarts its clock
+        // (`count_overtaken_loss`); its length still counts (MR-5.3.3).
         let since = self.paths[q].overtaken_since;
         if self.paths[q].head == NIL && since != 0 && now >= since.saturating_add(self.path_rto(q)) {
             self.paths[q].overtaken_since = 0;

@@ -1846,7 +1846,6 @@ fn duplicate_reports_raise_the_reordering_multiplier_once_per_srtt() {
     assert_eq!(t.comps_a().len(), 6);
 }
 
-
 /// Spec: MR-5.4.1 — an ACK whose cumulative TSN is beyond every packet another
 /// path has accepted since its last ACK stands in for that path's delayed ACK;
 /// one that is not keeps it.
