@@ -2428,6 +2428,16 @@ impl Connection {
         }
     }
 
+    /// Spec: MR-5.3.5, MR-5.5.2 — when path `q` times out, if it has a packet
+    /// in flight (`poll_timeout` and `handle_timeout` must agree on it).
+    fn path_deadline(&self, q: usize) -> Option<u64> {
+        let head = self.paths[q].head;
+        (head != NIL).then(|| {
+            self.path_clock(q, self.pkts[head as usize].sent)
+                .saturating_add(self.path_rto(q))
+        })
+    }
+
     /// Spec: MR-5.5.2.
     fn path_rto(&self, q: usize) -> u64 {
         let p = &self.paths[q];
@@ -2501,8 +2511,9 @@ impl Connection {
             }
             if sel && p.head != NIL {
                 let k = &self.pkts[p.head as usize];
-                let oldest = self.path_clock(q, k.sent);
-                t = t.min(oldest.saturating_add(self.path_rto(q)));
+                if let Some(deadline) = self.path_deadline(q) {
+                    t = t.min(deadline);
+                }
                 let on_path = p.has_acked_psn && seq_lt(k.psn, p.acked_psn);
                 if on_path || (p.has_rtt && self.rack_sent > k.sent) {
                     t = t.min(k.sent.saturating_add(self.rack_window(q, on_path)));
@@ -2551,12 +2562,8 @@ impl Connection {
         for q in 0..self.cfg.num_paths as usize {
             if sel {
                 self.detect_losses(now, q);
-                let head = self.paths[q].head;
-                if head != NIL {
-                    let oldest = self.path_clock(q, self.pkts[head as usize].sent);
-                    if now >= oldest.saturating_add(self.path_rto(q)) {
-                        self.path_timeout(now, q);
-                    }
+                if self.path_deadline(q).is_some_and(|deadline| now >= deadline) {
+                    self.path_timeout(now, q);
                 }
             }
             let p = &mut self.paths[q];
