@@ -84,27 +84,20 @@ from pyverbs_compat import e
 from pyverbs.pd import PD
 from pyverbs.cq import CQ
 from pyverbs.qp import QP, QPInitAttr, QPCap, QPAttr
-from pyverbs.addr import AHAttr, GlobalRoute, GID
+from qp_setup import modify_to_init, rtr_attr, RTR_MASK, PEER_QPN, RQ_PSN
 ctx = d.Context(name='mrc0'); pd = PD(ctx); cq = CQ(ctx, 16)
 qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(max_send_wr=8, max_recv_wr=8)))
 assert qp.qp_num > 1
 gid_index = int(sys.argv[1])  # mrc0's RoCE v2 GID of 198.18.0.1
-a = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=1)
-a.qp_access_flags = e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_LOCAL_WRITE
-qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
-gr = GlobalRoute(dgid=GID('0000:0000:0000:0000:0000:ffff:c612:0002'), sgid_index=gid_index)
-a = QPAttr(qp_state=e.IBV_QPS_RTR, cur_qp_state=e.IBV_QPS_INIT, path_mtu=e.IBV_MTU_1024)
-a.dest_qp_num = 0x1234; a.rq_psn = 0x111; a.max_dest_rd_atomic = 4; a.min_rnr_timer = 12
-a.ah_attr = AHAttr(gr=gr, is_global=1, port_num=1)
-qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN | e.IBV_QP_RQ_PSN
-          | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+modify_to_init(qp, e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_LOCAL_WRITE)
+qp.modify(rtr_attr(gid_index, 4), RTR_MASK)
 a = QPAttr(qp_state=e.IBV_QPS_RTS, cur_qp_state=e.IBV_QPS_RTR)
 a.sq_psn = 0x222; a.timeout = 14; a.retry_cnt = 7; a.rnr_retry = 7; a.max_rd_atomic = 4
 qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_SQ_PSN | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT
           | e.IBV_QP_RNR_RETRY | e.IBV_QP_MAX_QP_RD_ATOMIC)
 attr, init = qp.query(e.IBV_QP_STATE | e.IBV_QP_DEST_QPN | e.IBV_QP_SQ_PSN | e.IBV_QP_RQ_PSN | e.IBV_QP_CAP)
 assert attr.qp_state == e.IBV_QPS_RTS, attr.qp_state
-assert (attr.dest_qp_num, attr.sq_psn, attr.rq_psn) == (0x1234, 0x222, 0x111), (attr.dest_qp_num, attr.sq_psn, attr.rq_psn)
+assert (attr.dest_qp_num, attr.sq_psn, attr.rq_psn) == (PEER_QPN, 0x222, RQ_PSN), (attr.dest_qp_num, attr.sq_psn, attr.rq_psn)
 assert attr.cap.max_send_wr == 8 and init.cap.max_recv_wr == 8, (attr.cap.max_send_wr, init.cap.max_recv_wr)
 qp.close(); cq.close(); pd.close(); ctx.close()
 PY
@@ -144,25 +137,18 @@ import pyverbs.device as d
 from pyverbs_compat import e
 from pyverbs.pd import PD
 from pyverbs.cq import CQ
-from pyverbs.qp import QP, QPInitAttr, QPCap, QPAttr
-from pyverbs.addr import AHAttr, GlobalRoute, GID
+from pyverbs.qp import QP, QPInitAttr, QPCap
 from pyverbs.pyverbs_error import PyverbsRDMAError
+from qp_setup import modify_to_init, rtr_attr, RTR_MASK
 ctx = d.Context(name='mrc0'); pd = PD(ctx); cq = CQ(ctx, 16)
 da = ctx.query_device()
 assert (da.max_qp_rd_atom, da.max_qp_init_rd_atom) == (32, 32), (da.max_qp_rd_atom, da.max_qp_init_rd_atom)
 gid_index = int(sys.argv[1])  # mrc0's RoCE v2 GID of 198.18.0.1
 qp = QP(pd, QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(max_send_wr=4, max_recv_wr=4)))
-a = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=1)
-a.qp_access_flags = e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_LOCAL_WRITE
-qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
-gr = GlobalRoute(dgid=GID('0000:0000:0000:0000:0000:ffff:c612:0002'), sgid_index=gid_index)
+modify_to_init(qp, e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_LOCAL_WRITE)
 for rd, ok in ((33, False), (32, True)):
-    a = QPAttr(qp_state=e.IBV_QPS_RTR, cur_qp_state=e.IBV_QPS_INIT, path_mtu=e.IBV_MTU_1024)
-    a.dest_qp_num = 0x1234; a.rq_psn = 0x111; a.max_dest_rd_atomic = rd; a.min_rnr_timer = 12
-    a.ah_attr = AHAttr(gr=gr, is_global=1, port_num=1)
     try:
-        qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN | e.IBV_QP_RQ_PSN
-                  | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+        qp.modify(rtr_attr(gid_index, rd), RTR_MASK)
     except PyverbsRDMAError as x:
         assert not ok and x.error_code == errno.EINVAL, (rd, x)
     else:
