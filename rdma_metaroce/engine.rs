@@ -661,7 +661,10 @@ impl Engine {
         let room = self.tx.len().saturating_sub(proto::connection::MAX_HEADER) as u32;
         cfg.mtu = p.mtu.max(p.rc_mtu.min(room));
         cfg.num_paths = p.num_paths;
-        cfg.peer_num_paths = p.num_paths;
+        // Spec: MR-7.1.4 — verbs attributes carry no parameter block, so the
+        // peer's path count is unknown: accept every path id a peer may use,
+        // whatever its own `num_paths`.
+        cfg.peer_num_paths = proto::MAX_PATHS as u8;
         cfg.max_rd_atomic = p.max_rd_atomic.clamp(1, proto::connection::MAX_RD_ATOMIC as u8);
         cfg.retry_cnt = p.retry_cnt;
         cfg.rnr_retry = p.rnr_retry;

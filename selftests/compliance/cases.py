@@ -690,16 +690,39 @@ def t_bad_flush(T):
 
 @case("MR-3.2.6 MR-3.1.5 MR-9.3.1", "path id at or above the path count is discarded")
 def t_bad_path(T):
-    n = T.dut.fixed.get("paths", 2)     # a DUT with a fixed path count: that one
+    own = T.dut.fixed.get("paths", 2)   # a DUT with a fixed path count: that one
+    # The count the DUT takes as ours (MR-7.1.4): fixed by some DUTs (8 without a
+    # parameter block), else the one the link gives it.
+    n = T.dut.fixed.get("peer_paths", own)
 
     def v(L, rkey, va):
         out = []
-        for p in (n, 7, 15):
+        for p in sorted({n, max(n, 7), 15}):
             b = good_write(L, rkey, va)
             b[3] = (b[3] & 0xF0) | p
             out.append((bytes(b), 0))
         return out
-    malformed(T, v, paths=n, what="bad path id")
+    malformed(T, v, paths=own, what="bad path id")
+
+
+@case("MR-7.1.4 MR-3.1.5",
+      "without a parameter block the peer's path count is 8: data on path ids beyond the DUT's own is accepted")
+def t_paths_without_block(T):
+    own = T.dut.fixed.get("paths", 2)
+    n = T.dut.fixed.get("peer_paths")
+    if n is None or n <= own:
+        raise Skip("the DUT takes its peer's path count from the link, not a fixed %s"
+                   % ("8" if n is None else n))
+    with link(T, paths=own) as L:
+        rkey, va = mr(T, "rwa", fill=0x5a)
+        for p in range(own, n):
+            t = L.req(WRITE, payload=bytes([p]) * 4, rkey=rkey, va=va + 4 * p, msn=L.msn, path=p)
+            L.msn += 1
+            check(L.cum_reaches((t + 1) & 0xFFFFFFFF) is not None,
+                  "WRITE on path id %d (own count %d) not acknowledged", p, own)
+        want = b"".join(bytes([p]) * 4 for p in range(own, n))
+        check(T.dut.mem_read(rkey, 4 * own, 4 * (n - own)) == want,
+              "WRITEs on path ids %d-%d not placed", own, n - 1)
 
 
 @case("MR-3.1.5 MR-9.4.2 MR-9.3.1", "packets for an unknown QPN get no answer")

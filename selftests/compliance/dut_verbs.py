@@ -127,8 +127,9 @@ class Qp:
         if mtu not in MTUS:
             raise Err("mtu %d is not a verbs path MTU" % mtu)
         paths = num(a.get("paths", str(h.paths)))
-        if paths != h.paths or num(a.get("peer_paths", str(paths))) != h.paths:
-            raise Err("paths=%d: the module sprays over num_paths=%d" % (paths, h.paths))
+        if paths != h.paths or num(a.get("peer_paths", "8")) != 8:
+            raise Err("paths=%d: the module sprays over num_paths=%d and accepts 8 from its peer"
+                      % (paths, h.paths))
         if num(a.get("peer_port", str(h.port))) != h.port:
             raise Err("peer_port must be the module's udp_port %d" % h.port)
         for k in a:
@@ -192,7 +193,9 @@ class Helper:
     # -- commands --------------------------------------------------------------------
 
     def c_hello(self, a):
-        fixed = dict(FIXED, paths=self.paths, target_qdelay_us=self.target_us)
+        # MR-7.1.4: no parameter block reaches the module, so it accepts the
+        # largest path count a peer may have, whatever its own.
+        fixed = dict(FIXED, paths=self.paths, peer_paths=8, target_qdelay_us=self.target_us)
         return ("impl=rdma_metaroce-verbs addr=%s port=%d caps=mem,diag endian=%s tsn_bits=24 "
                 "fixed=%s settable=%s" % (self.addr, self.port, sys.byteorder,
                                           ",".join("%s:%d" % kv for kv in fixed.items()),
