@@ -688,12 +688,16 @@ def t_bad_flush(T):
                "malformed FLUSH")
 
 
+def peer_count(T, ours):
+    """The path count the DUT takes as the tester's (MR-7.1.4): fixed by some
+    DUTs (8 without a parameter block), else `ours`, the one the link gives it."""
+    return T.dut.fixed.get("peer_paths", ours)
+
+
 @case("MR-3.2.6 MR-3.1.5 MR-9.3.1", "path id at or above the path count is discarded")
 def t_bad_path(T):
     own = T.dut.fixed.get("paths", 2)   # a DUT with a fixed path count: that one
-    # The count the DUT takes as ours (MR-7.1.4): fixed by some DUTs (8 without a
-    # parameter block), else the one the link gives it.
-    n = T.dut.fixed.get("peer_paths", own)
+    n = peer_count(T, own)
 
     def v(L, rkey, va):
         out = []
@@ -709,10 +713,9 @@ def t_bad_path(T):
       "without a parameter block the peer's path count is 8: data on path ids beyond the DUT's own is accepted")
 def t_paths_without_block(T):
     own = T.dut.fixed.get("paths", 2)
-    n = T.dut.fixed.get("peer_paths")
-    if n is None or n <= own:
-        raise Skip("the DUT takes its peer's path count from the link, not a fixed %s"
-                   % ("8" if n is None else n))
+    n = peer_count(T, own)
+    if n <= own:
+        raise Skip("the DUT takes %d paths from us, no more than its own %d" % (n, own))
     with link(T, paths=own) as L:
         rkey, va = mr(T, "rwa", fill=0x5a)
         for p in range(own, n):
@@ -1011,9 +1014,8 @@ def t_ack_port(T):
 def t_probe_answer(T):
     with link(T, ack_delay_us=Prefer(300000)) as L:
         L.probe(path=1, length=87)
-        # A path id at or above the count the DUT takes as ours (MR-7.1.4: 8 for
-        # a DUT without a parameter block).
-        L.probe(path=max(T.dut.fixed.get("peer_paths", L.npaths), 5), length=88)
+        # A path id at or above the count the DUT takes as ours.
+        L.probe(path=max(peer_count(T, L.npaths), 5), length=88)
         expect_silence(L, 0.1, "a short or bad-path PROBE")
         ts = 0x12345678
         L.probe(path=1, length=88, ts=ts)

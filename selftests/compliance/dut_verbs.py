@@ -48,6 +48,9 @@ FIXED = dict(ack_delay_us=0, ack_every=4, initial_rtt_us=500, min_path_rto_us=10
              min_rto_us=50000, max_rto_us=500000, init_window=128 * 1024,
              max_window=4 * 1024 * 1024, ai=4096, beta_q16=52429, max_mdf_q16=32768,
              ecn_g_shift=4)
+# MR-7.1.4: no parameter block reaches the module, so it takes its peer's path
+# count to be the largest a peer may have, whatever its own num_paths.
+PEER_PATHS = 8
 # create_qp keys that modify_qp sets per QP.
 # Verbs' min_rnr_timer is IBTA's table of delays (code 0 = 655.36 ms, in 10 us
 # units), which the module turns into the wire's RNR Timer code (MR-3.5.6: delay
@@ -127,9 +130,9 @@ class Qp:
         if mtu not in MTUS:
             raise Err("mtu %d is not a verbs path MTU" % mtu)
         paths = num(a.get("paths", str(h.paths)))
-        if paths != h.paths or num(a.get("peer_paths", "8")) != 8:
-            raise Err("paths=%d: the module sprays over num_paths=%d and accepts 8 from its peer"
-                      % (paths, h.paths))
+        if paths != h.paths or num(a.get("peer_paths", str(PEER_PATHS))) != PEER_PATHS:
+            raise Err("paths=%d: the module sprays over num_paths=%d and accepts %d from its peer"
+                      % (paths, h.paths, PEER_PATHS))
         if num(a.get("peer_port", str(h.port))) != h.port:
             raise Err("peer_port must be the module's udp_port %d" % h.port)
         for k in a:
@@ -193,9 +196,8 @@ class Helper:
     # -- commands --------------------------------------------------------------------
 
     def c_hello(self, a):
-        # MR-7.1.4: no parameter block reaches the module, so it accepts the
-        # largest path count a peer may have, whatever its own.
-        fixed = dict(FIXED, paths=self.paths, peer_paths=8, target_qdelay_us=self.target_us)
+        fixed = dict(FIXED, paths=self.paths, peer_paths=PEER_PATHS,
+                     target_qdelay_us=self.target_us)
         return ("impl=rdma_metaroce-verbs addr=%s port=%d caps=mem,diag endian=%s tsn_bits=24 "
                 "fixed=%s settable=%s" % (self.addr, self.port, sys.byteorder,
                                           ",".join("%s:%d" % kv for kv in fixed.items()),

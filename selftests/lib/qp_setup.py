@@ -22,6 +22,13 @@ def modify_to_init(qp, access):
     qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
 
 
+def peer_ah_attr(gid_index):
+    """The address of the peer on 198.18.0.2 (a GRH through the local GID
+    `gid_index`), for an RC QP's RTR attributes or an address handle."""
+    gr = GlobalRoute(dgid=GID(PEER_GID), sgid_index=gid_index)
+    return AHAttr(gr=gr, is_global=1, port_num=1)
+
+
 def rtr_attr(gid_index, max_dest_rd_atomic):
     """INIT -> RTR attributes (use with RTR_MASK): the peer's address through
     the local GID `gid_index`, 1024-byte MTU, `max_dest_rd_atomic` READs."""
@@ -30,6 +37,5 @@ def rtr_attr(gid_index, max_dest_rd_atomic):
     a.rq_psn = RQ_PSN
     a.max_dest_rd_atomic = max_dest_rd_atomic
     a.min_rnr_timer = 12
-    gr = GlobalRoute(dgid=GID(PEER_GID), sgid_index=gid_index)
-    a.ah_attr = AHAttr(gr=gr, is_global=1, port_num=1)
+    a.ah_attr = peer_ah_attr(gid_index)
     return a

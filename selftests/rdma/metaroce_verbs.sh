@@ -194,12 +194,12 @@ import errno
 import pyverbs.device as d
 from pyverbs_compat import e
 from pyverbs.pd import PD
-from pyverbs.addr import AH, AHAttr, GlobalRoute, GID
+from pyverbs.addr import AH, AHAttr
 from pyverbs.pyverbs_error import PyverbsRDMAError
+from qp_setup import peer_ah_attr
 ctx = d.Context(name='mrc0'); pd = PD(ctx)
 gid_index = int(sys.argv[1])  # mrc0's RoCE v2 GID of 198.18.0.1
-gr = GlobalRoute(dgid=GID('0000:0000:0000:0000:0000:ffff:c612:0002'), sgid_index=gid_index)
-ah = AH(pd, attr=AHAttr(gr=gr, is_global=1, port_num=1))
+ah = AH(pd, attr=peer_ah_attr(gid_index))
 ah.close()
 try:
     AH(pd, attr=AHAttr(is_global=0, port_num=1))
