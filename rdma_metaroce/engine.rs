@@ -764,6 +764,12 @@ impl Engine {
         self.copies_out == 0
     }
 
+    /// Whether a run released the engine with copies still to make (spec
+    /// MR-10.1.3): a reset waits until none is (MR-10.1.4).
+    pub(crate) fn copies_under_way(&self) -> bool {
+        self.copies_out > 0
+    }
+
     /// Accounts one run of the data path that held the engine for `ns`.
     pub(crate) fn account_run(&mut self, ns: u64) {
         self.held_ns = self.held_ns.wrapping_add(ns);

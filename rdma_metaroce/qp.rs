@@ -22,6 +22,8 @@ pub(crate) const MAX_QP: u32 = 1 << 14;
 /// outstanding (spec MR-4.4.2), so that an application asking for more is told
 /// (EINVAL) instead of getting fewer than it set.
 pub(crate) const MAX_RD_ATOMIC: u8 = crate::proto::wire::MAX_RD_ATOMIC;
+/// Microseconds between looks at a resetting QP's copies (see `Qp::wait_for_copies`).
+const COPY_WAIT_POLL_US: i64 = 20;
 
 /// Transport service of a QP.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -276,7 +278,31 @@ impl Qp {
             Some(QpState::Err) => eng.to_error(),
             _ => {}
         }
+        drop(eng);
+        if u.state == Some(QpState::Reset) {
+            self.wait_for_copies();
+        }
         Ok(())
+    }
+
+    /// Spec: MR-10.1.4 — returns once no run has copies outside the engine lock
+    /// (MR-10.1.3) left to make: the reset discarded the receive WQEs those copies
+    /// write into, and the consumer may reuse their buffers as soon as the reset
+    /// returns. Process context (sleeps); the attributes' mutex keeps another
+    /// modify out meanwhile.
+    fn wait_for_copies(&self) {
+        // A copy is a bounded memcpy in a softirq or a system call, so the wait is
+        // short; a second means a run lost track of its copies, which is reported
+        // rather than waited on for ever.
+        let waited = kernel::io::poll::read_poll_timeout(
+            || Ok(self.engine.lock().copies_under_way()),
+            |busy: &bool| !*busy,
+            kernel::time::Delta::from_micros(COPY_WAIT_POLL_US),
+            kernel::time::Delta::from_secs(1),
+        );
+        if waited.is_err() {
+            pr_warn!("metaroce: a QP reset while its copies stayed under way for a second\n");
+        }
     }
 
     pub(crate) fn attrs(&self) -> QpAttrs {
@@ -314,6 +340,50 @@ mod tests {
         assert_eq!(a.state, QpState::Init);
         let bad_mtu = QpUpdate { path_mtu: Some(6), ..Default::default() };
         assert_eq!(a.apply(&bad_mtu), Err(EINVAL));
+    }
+
+    /// Spec: MR-10.1.4 — a reset returns only once the copies a run left for after
+    /// the engine lock are made. Another thread ends them; whatever the order the
+    /// two threads run in, the reset must see the end.
+    #[test]
+    fn reset_waits_for_copies_outside_the_lock() {
+        use core::sync::atomic::{AtomicBool, Ordering};
+        use kernel::sync::{Arc, Completion};
+        let caps = QpCaps { max_send_wr: 4, max_recv_wr: 4, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 };
+        let eng = crate::engine::Engine::new(QpType::Ud, 2, crate::mr::PdId(1), &caps, false, 0, None, None, 0)
+            .expect("engine");
+        let qp = Arc::pin_init(Qp::new(2, QpType::Ud, caps, eng), GFP_KERNEL).expect("qp");
+        let shared = Arc::pin_init(
+            pin_init!(CopyEnd { resetting <- Completion::new(), ended: AtomicBool::new(false) }),
+            GFP_KERNEL,
+        )
+        .expect("completion");
+        // A run released the engine with a copy still to make.
+        assert_eq!(qp.engine.lock().copies_begin(), 1);
+        let (qp2, shared2) = (qp.clone(), shared.clone());
+        kernel::workqueue::system_unbound()
+            .try_spawn(GFP_KERNEL, move || {
+                shared2.resetting.wait_for_completion();
+                let mut eng = qp2.engine.lock();
+                shared2.ended.store(true, Ordering::Relaxed);
+                eng.copies_end();
+            })
+            .expect("spawn");
+        shared.resetting.complete_all();
+        let reset = QpUpdate { state: Some(QpState::Reset), ..Default::default() };
+        let tuning = Tuning { num_paths: 8, cc_target_delay_us: 0, reply_wait_us: 0, rc_mtu: 0 };
+        assert_eq!(qp.modify(&reset, &tuning), Ok(()));
+        // The copy's end was stored under the engine lock before it was counted.
+        assert!(shared.ended.load(Ordering::Relaxed));
+        assert!(!qp.engine.lock().copies_under_way());
+    }
+
+    /// What the copying thread of `reset_waits_for_copies_outside_the_lock` shares.
+    #[pin_data]
+    struct CopyEnd {
+        #[pin]
+        resetting: kernel::sync::Completion,
+        ended: core::sync::atomic::AtomicBool,
     }
 
 }
