@@ -321,6 +321,9 @@ struct SqEntry {
     fully_sent: bool,
     resp_last: bool,
     resp_done: bool,
+    /// TSN of the request's first packet (a READ or atomic request has one
+    /// packet, which its response acknowledges: MR-5.2.5).
+    req_tsn: u32,
 }
 
 impl SqEntry {
@@ -345,6 +348,7 @@ impl SqEntry {
         fully_sent: false,
         resp_last: false,
         resp_done: false,
+        req_tsn: 0,
     };
     fn transport_done(&self) -> bool {
         self.fully_sent && self.pkts_acked == self.pkts_total
@@ -1615,6 +1619,7 @@ impl Connection {
                 return;
             }
             let op = Opcode::from_u8(s.op).unwrap_or(Opcode::Send);
+            let answered = op == Opcode::ReadReq || op.is_atomic();
             let mut err = Syndrome::from_u8(s.err).filter(|e| e.is_fatal());
             if err.is_none() && s.tail_len > 0 {
                 let tail = s.tail.get(..s.tail_len as usize).unwrap_or(&[]);
@@ -1741,8 +1746,11 @@ impl Connection {
             self.msgs[idx].active = false;
             self.msg_cum = self.msg_cum.wrapping_add(1);
             // Spec: MR-5.4.1 — report delivery progress promptly; MR-5.4.6 —
-            // by the reply, if one is about to leave.
-            self.ack_promptly(now, p);
+            // by the reply, if one is about to leave. A READ or atomic request
+            // is reported by its response (MR-5.2.5), and by the ordinary ACKs.
+            if !answered {
+                self.ack_promptly(now, p);
+            }
         }
     }
 
@@ -1766,7 +1774,7 @@ impl Connection {
 
     fn rx_response<M: Memory>(
         &mut self,
-        _now: u64,
+        now: u64,
         base: &BaseRepr,
         rsp: &ResponseRepr,
         payload: Payload<'_>,
@@ -1806,6 +1814,7 @@ impl Connection {
             self.enter_error(Some((m, WcStatus::LocProtErr)));
             return Verdict::Drop;
         }
+        self.ack_answered_request(now, m);
         let e = &mut self.sq[i];
         e.resp_bytes = e.resp_bytes.saturating_add(payload.len() as u32);
         e.resp_last |= base.flags.has(Flags::LAST);
@@ -1820,6 +1829,44 @@ impl Connection {
             self.retire();
         }
         Verdict::Accept
+    }
+
+    /// Spec: MR-5.2.5 — a response packet of message `m` acknowledges m's
+    /// request packet (a READ or atomic request is one packet), which is sent
+    /// without `ACK_REQ` and so is otherwise acknowledged only by the
+    /// responder's delayed ACKs.
+    ///
+    /// It settles that packet and nothing else: no RTT sample, and no loss
+    /// evidence for other packets (MR-5.3.2). The response may have waited
+    /// behind others at the responder, so its arrival says nothing about when
+    /// packets sent before the request should have arrived.
+    fn ack_answered_request(&mut self, now: u64, m: u32) {
+        let e = self.sq[(m as usize) % SQ_DEPTH];
+        if e.pkts_acked == e.pkts_total {
+            return;
+        }
+        let t = e.req_tsn;
+        let i = (t % WINDOW) as usize;
+        let k = self.pkts[i];
+        if k.kind != K_REQ
+            || k.msn != m
+            || seq_lt(t, self.snd_una)
+            || !seq_lt(t, self.snd_nxt)
+            || !self.unacked.get(t)
+        {
+            return;
+        }
+        self.settle_pkt(t);
+        while self.snd_una != self.snd_nxt
+            && self.pkts[(self.snd_una % WINDOW) as usize].state == S_ACKED
+        {
+            self.pkts[(self.snd_una % WINDOW) as usize].kind = K_FREE;
+            self.snd_una = self.snd_una.wrapping_add(1);
+        }
+        self.last_progress = now;
+        self.retries = 0;
+        self.rto_backoff = 0;
+        self.tlp_done = false;
     }
 
     /// `p` is the path the ACK arrived on (its MRH path id); the echo
@@ -2110,13 +2157,10 @@ impl Connection {
             return false;
         }
         if k.state == S_INFLIGHT {
-            self.unlink(t);
             self.rack_sent = self.rack_sent.max(k.sent);
             let path = &mut self.paths[(k.path as usize) % MAX_PATHS];
             path.lost_unseen = 0;
             path.overtaken_since = 0;
-            path.inflight = path.inflight.saturating_sub(k.len as u32);
-            path.acked_bytes = path.acked_bytes.saturating_add(k.len as u32);
             if (!path.has_acked_psn || seq_lt(path.acked_psn, k.psn))
                 && self.cfg.recovery == Recovery::Selective
             {
@@ -2133,6 +2177,22 @@ impl Connection {
                 self.count_overtaken_loss(now, from, k.sent);
             }
         }
+        self.settle_pkt(t);
+        true
+    }
+
+    /// Marks TSN `t` (in flight or lost, not yet acknowledged) acknowledged:
+    /// off its path and its path's window, out of the retransmission queue,
+    /// counted for its message.
+    fn settle_pkt(&mut self, t: u32) {
+        let i = (t % WINDOW) as usize;
+        let k = self.pkts[i];
+        if k.state == S_INFLIGHT {
+            self.unlink(t);
+            let path = &mut self.paths[(k.path as usize) % MAX_PATHS];
+            path.inflight = path.inflight.saturating_sub(k.len as u32);
+            path.acked_bytes = path.acked_bytes.saturating_add(k.len as u32);
+        }
         self.pkts[i].state = S_ACKED;
         self.lost.clear(t);
         self.unacked.clear(t);
@@ -2143,7 +2203,6 @@ impl Connection {
             let j = &mut self.jobs[(k.slot as usize) % RESP_JOBS];
             j.pkts_acked = j.pkts_acked.saturating_add(1);
         }
-        true
     }
 
     /// Spec: MR-5.3.6 — a duplicate reported by the peer means a packet declared
@@ -2849,6 +2908,9 @@ impl Connection {
         k.len = len as u16;
         self.new_pkt(tsn, k);
         let em = &mut self.sq[si];
+        if !em.started {
+            em.req_tsn = tsn;
+        }
         em.started = true;
         em.next_off += len;
         em.pkts_total += 1;
@@ -2919,10 +2981,13 @@ impl Connection {
             let e = self.sq[(k.msn as usize) % SQ_DEPTH];
             let op = e.wr.opcode.wire();
             let last = !op.carries_payload() || k.offset + k.len as u32 >= e.wr.len;
-            // Spec: MR-5.4.5 — ACK_REQ on the last packet and on retransmissions.
+            // Spec: MR-5.4.5 — ACK_REQ on the last packet and on retransmissions,
+            // but not on a READ or atomic request's first transmission: its
+            // response acknowledges it (MR-5.2.5).
+            let answered = e.wr.opcode.has_response();
             flags = flags
                 .with(Flags::LAST, last)
-                .with(Flags::ACK_REQ, retx || last)
+                .with(Flags::ACK_REQ, retx || (last && !answered))
                 .with(Flags::SOLICITED, e.wr.flags & WR_SOLICITED != 0)
                 .with(Flags::FENCE, e.wr.flags & WR_FENCE != 0);
             let req = RequestRepr {
@@ -3319,9 +3384,9 @@ mod size_tests {
         #[cfg(target_pointer_width = "64")]
         {
             assert_eq!(core::mem::size_of::<MsgSlot>(), 144);
-            assert_eq!(core::mem::size_of::<SqEntry>(), 72);
+            assert_eq!(core::mem::size_of::<SqEntry>(), 80);
             assert_eq!(core::mem::size_of::<Path>(), 184);
-            assert_eq!(core::mem::size_of::<Connection>(), 27_648);
+            assert_eq!(core::mem::size_of::<Connection>(), 28_160);
         }
     }
 }

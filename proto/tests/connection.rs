@@ -1893,3 +1893,109 @@ fn an_ack_covering_another_paths_packets_replaces_its_delayed_ack() {
     assert_eq!(acks(&t.out_b()), [path_of(&data[0])]);
     assert_eq!(&t.mb.region(0x77)[..3072], &[6; 3072][..]);
 }
+
+/// The base header of a datagram.
+fn base_of(p: &(u16, Vec<u8>)) -> wire::BaseRepr {
+    wire::BaseRepr::parse(&wire::BaseHeader::new_unchecked(&p.1[..])).expect("a valid base header")
+}
+
+#[test]
+fn read_response_acknowledges_its_request() {
+    // Spec: MR-5.2.5, MR-5.4.5 — a READ request goes without ACK_REQ; the
+    // responder sends its response and no ACK of its own (ack_delay is far
+    // off), and the READ completes when the response arrives.
+    let mut t = Pair::new(|c| c.ack_delay = Duration::from_micros(500));
+    t.mb.range(0x77, 0x1000, 64).unwrap().copy_from_slice(&[7; 64]);
+    t.ma.set_local(1, vec![0; 64]);
+    t.a.post_send(SendWr::read(1, 64, 0x1000, 0x77)).unwrap();
+    let req = t.out_a();
+    assert_eq!(req.len(), 1);
+    assert!(!base_of(&req[0]).flags.has(wire::Flags::ACK_REQ), "READ request asked for an ACK");
+    t.deliver_b(&req[0]);
+    let answer = t.out_b();
+    assert_eq!(answer.len(), 1, "the response and nothing else: {:?}", answer.iter().map(|p| p.1[1]).collect::<Vec<_>>());
+    assert!(!is_ack(&answer[0]));
+    t.deliver_a(&answer[0]);
+    let c = t.comps_a();
+    assert_eq!(c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(), vec![(1, WcStatus::Success)]);
+    assert_eq!(t.ma.local[&1], vec![7; 64]);
+    assert!(!t.a.in_flight(), "the request is still in flight");
+    // The requester acknowledges the response. Whatever the responder sends
+    // later (its delayed ACK, unless the small response carried it) is no
+    // data and changes nothing.
+    for p in t.out_a() {
+        t.deliver_b(&p);
+    }
+    t.now += 600_000;
+    t.b.handle_timeout(Instant(t.now));
+    let late: Vec<_> = t.out_b();
+    assert!(late.iter().all(is_ack), "the responder sent data again: {late:?}");
+    for p in &late {
+        t.deliver_a(p);
+    }
+    assert!(t.comps_a().is_empty());
+    assert!(!t.b.in_flight());
+}
+
+#[test]
+fn read_request_lost_is_resent_with_ack_req() {
+    // Spec: MR-5.4.5 — a retransmitted READ request asks for an ACK.
+    let mut t = Pair::new(|_| {});
+    t.ma.set_local(1, vec![0; 64]);
+    t.a.post_send(SendWr::read(1, 64, 0x1000, 0x77)).unwrap();
+    let first = t.out_a();
+    assert_eq!(first.len(), 1);
+    let mut resent = vec![];
+    for _ in 0..200 {
+        t.now += 100_000;
+        if let Some(d) = t.a.poll_timeout() {
+            if d.as_nanos() <= t.now {
+                t.a.handle_timeout(Instant(t.now));
+            }
+        }
+        resent = t.out_a().into_iter().filter(is_data).collect();
+        if !resent.is_empty() {
+            break;
+        }
+    }
+    assert!(!resent.is_empty(), "the lost READ request was never resent");
+    let b = base_of(&resent[0]);
+    assert!(b.flags.has(wire::Flags::ACK_REQ) && b.flags.has(wire::Flags::RETX));
+    t.deliver_b(&resent[0]);
+    t.run(5);
+    assert_eq!(t.comps_a().iter().map(|c| c.wr_id).collect::<Vec<_>>(), vec![1]);
+}
+
+#[test]
+fn full_packet_read_is_acknowledged_by_its_response_then_by_a_delayed_ack() {
+    // Spec: MR-5.2.5, MR-5.4.1 — full-MTU responses have no room for the ACK
+    // (MR-5.4.6): the responder's delayed ACK reports the request's path later.
+    let mut t = Pair::new(|c| {
+        c.mtu = 1024;
+        c.ack_delay = Duration::from_micros(500);
+    });
+    t.mb.range(0x77, 0x1000, 2048).unwrap().copy_from_slice(&[9; 2048]);
+    t.ma.set_local(1, vec![0; 2048]);
+    t.a.post_send(SendWr::read(1, 2048, 0x1000, 0x77)).unwrap();
+    let req = t.out_a();
+    assert_eq!(req.len(), 1);
+    t.deliver_b(&req[0]);
+    let answer = t.out_b();
+    assert_eq!(answer.len(), 2);
+    assert!(answer.iter().all(is_data), "an ACK went before or with the response");
+    for p in &answer {
+        t.deliver_a(p);
+    }
+    assert_eq!(t.comps_a().iter().map(|c| c.wr_id).collect::<Vec<_>>(), vec![1]);
+    assert_eq!(t.ma.local[&1], vec![9; 2048]);
+    for p in t.out_a() {
+        t.deliver_b(&p);
+    }
+    t.now += 600_000;
+    t.b.handle_timeout(Instant(t.now));
+    let late = t.out_b();
+    assert_eq!(late.len(), 1, "one delayed ACK: {late:?}");
+    assert!(is_ack(&late[0]));
+    t.deliver_a(&late[0]);
+    assert!(!t.a.in_flight() && !t.b.in_flight());
+}

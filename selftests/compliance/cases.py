@@ -63,6 +63,9 @@ NOT_WIRE_TESTABLE = {
                  "proto/tests/connection.rs and the simulator's "
                  "exactly_once_with_copies_finished_late; kernel target: metaroce_data.sh's "
                  "rc_mtu cases check rx_unlocked_copies and the data they carried",
+    "MR-10.1.4": "when a driver's RESET returns relative to its copies is local to it and "
+                 "invisible on the wire; kernel target: the KUnit case "
+                 "rdma_metaroce_qp.reset_waits_for_copies_outside_the_lock",
     "MR-10.2.2": "kernel driver allocation rule",
     "MR-11.1.1": "the conformance claim itself; this suite is its evidence",
     "MR-11.1.3": "the go-back-N profile is a core configuration, not reachable from the wire",
@@ -1854,6 +1857,32 @@ def t_completion_order(T):
         check(buf[:100] == data, "READ data not in the local buffer")
 
 
+@case("MR-5.2.5 MR-5.4.5",
+      "a READ request goes without ACK_REQ; the READ completes on its response, no ACK of it needed")
+def t_response_acknowledges_request(T):
+    with link(T) as L:
+        post(T, L, 1, "read", len=16, va=0x2000, rkey=2)
+        rx = collect(L, 1, 1.0, first_tx)
+        check(len(rx) == 1 and rx[0].op == READ_REQ, "no READ_REQ: %s", rx)
+        check(not rx[0].p.flags & M.F_ACK_REQ, "the READ request asks for an ACK: flags %#x",
+              rx[0].p.flags)
+        data = pattern(16, 5)
+        p = L.mrh(READ_RESP, flags=M.F_LAST | M.F_ACK_REQ, path=0, tsn=L.next_tsn()) / \
+            M.RSPH(req_msn=0, offset=0, resp_len=16)
+        L.send_raw(bytes(p) + data, 0)
+        # No ACK names the request: the response alone completes the READ.
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check([x["wr"] for x in c] == [1] and c[0]["status"] == 0, "completions %s", c)
+        buf = bytes.fromhex(T.dut.cmd("local_buf qpn=%#x wr=1" % L.dqpn)["data"])
+        check(buf[:16] == data, "READ data not in the local buffer")
+        # A slow tester may have let the request time out before its response
+        # went (a resend then is right): what the DUT sent before it completed
+        # the READ is drained first; nothing may follow.
+        L.silent(0.05)
+        again = [r for r in L.silent(0.3) if r.op == READ_REQ]
+        check(not again, "the READ request was sent again after it completed: %s", again[:1])
+
+
 @case("MR-4.4.3", "a fenced WR is not started before earlier READs complete")
 def t_fence(T):
     with link(T) as L:
@@ -2415,7 +2444,7 @@ def t_echo_path_field(T):
               before[1], after[1])
 
 
-@case("MR-3.3.4 MR-4.4.5 MR-3.4.1 MR-4.4.4",
+@case("MR-3.3.4 MR-4.4.5 MR-3.4.1 MR-4.4.4 MR-5.4.5",
       "DUT atomics: ATH carries swap/add and compare; a malformed ATOMIC_RESP is discarded; "
       "the original value lands in host order")
 def t_requester_atomics(T):
@@ -2432,8 +2461,10 @@ def t_requester_atomics(T):
                   "REQH %s", q.summary())
             check(a is not None and a.swap_add == sw and a.compare == cmp_,
                   "ATH swap/add %s compare %s", a and hex(a.swap_add), a and hex(a.compare))
-            check(r.flags & M.F_LAST and r.flags & M.F_ACK_REQ and not r.payload(),
-                  "atomic request flags/payload")
+            # MR-5.4.5: LAST, and no ACK_REQ on a first transmission (the
+            # response acknowledges it, MR-5.2.5).
+            check(r.flags & M.F_LAST and not r.flags & M.F_ACK_REQ and not r.payload(),
+                  "atomic request flags %#x / payload", r.flags)
 
         def resp(msn, orig, offset=0):
             p = L.mrh(ATOMIC_RESP, flags=M.F_LAST | M.F_ACK_REQ, path=0, tsn=L.next_tsn()) / \
