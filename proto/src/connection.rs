@@ -1931,6 +1931,10 @@ impl Connection {
                 path.probe_pending = false;
                 path.probe_deadline = 0;
             }
+            // Spec: MR-5.5.4 — a probe of an active path, answered.
+            if a.flags & ACK_FLAG_PROBE != 0 {
+                path.probe_deadline = 0;
+            }
             path.timeouts = 0;
             path.backoff = 0;
             if self.cfg.recovery == Recovery::Selective
@@ -2530,6 +2534,30 @@ impl Connection {
     }
 
     /// Spec: MR-5.5.3.
+    /// Spec: MR-5.5.4 — nothing is in flight, yet sent work is incomplete: its
+    /// packets are acknowledged, and it waits for the responder's report of its
+    /// delivery (MR-4.3.1) or for a response the responder keeps in flight.
+    fn awaiting_report(&self) -> bool {
+        !self.in_flight() && self.sq_head != self.sq_send && self.state != QpState::Error
+    }
+
+    /// Spec: MR-5.5.4 — a connection RTO passed with nothing in flight and sent
+    /// work incomplete: the ACK that reported its delivery may have been lost (a
+    /// delivery that lagged its packets' acknowledgement is reported once).
+    /// Probe an active path: the answer is an ACK, which carries the delivery
+    /// point. The wait backs off like the RTO and counts no retry.
+    fn ask_for_report(&mut self, now: u64) {
+        let n = self.cfg.num_paths as usize;
+        if let Some(q) = (0..n).find(|&q| {
+            let p = &self.paths[q];
+            p.status == PathStatus::Active && !p.probe_pending && p.probe_deadline == 0
+        }) {
+            self.paths[q].probe_pending = true;
+        }
+        self.last_progress = now;
+        self.rto_backoff = self.rto_backoff.saturating_add(1);
+    }
+
     fn conn_rto(&self) -> u64 {
         let srtt = self.max_srtt();
         let base = (3 * srtt).max(self.cfg.min_rto.as_nanos());
@@ -2581,6 +2609,10 @@ impl Connection {
         }
         // Spec: MR-4.2.5 — no connection RTO or tail probe while waiting out an
         // RNR timer (the RTO restarts when the wait ends).
+        // Spec: MR-5.5.4 — nor the wait for a delivery report.
+        if self.awaiting_report() && self.rnr_until == 0 {
+            t = t.min(self.last_progress.saturating_add(self.conn_rto()));
+        }
         if self.in_flight() && self.rnr_until == 0 {
             t = t.min(self.last_progress.saturating_add(self.conn_rto()));
             if sel && !self.tlp_done {
@@ -2652,6 +2684,12 @@ impl Connection {
             {
                 p.probe_pending = true;
             }
+        }
+        if self.awaiting_report()
+            && self.rnr_until == 0
+            && now >= self.last_progress.saturating_add(self.conn_rto())
+        {
+            self.ask_for_report(now);
         }
         if self.in_flight() && self.rnr_until == 0 {
             if now >= self.last_progress.saturating_add(self.conn_rto()) {

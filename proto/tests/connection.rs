@@ -1999,3 +1999,42 @@ fn full_packet_read_is_acknowledged_by_its_response_then_by_a_delayed_ack() {
     t.deliver_a(&late[0]);
     assert!(!t.a.in_flight() && !t.b.in_flight());
 }
+
+#[test]
+fn a_lost_delivery_report_is_asked_for_again() {
+    // Spec: MR-5.5.4 — the responder's copies finish after its ACK of the
+    // SEND's packet (MR-10.1.3), and the ACK reporting the delivery is lost.
+    // Nothing is in flight at the requester, whose SEND waits for that report:
+    // after a connection RTO it probes, and the probe's answer reports it.
+    let mut t = Pair::new(|_| {});
+    t.ma.set_local(1, vec![1; 10]);
+    t.mb.set_recv(60, 100);
+    t.b.post_recv(RecvWr { wr_id: 60, len: 100 }).unwrap();
+    t.a.post_send(SendWr::send(1, 10)).unwrap();
+    t.mb.unplaced = true;
+    t.run(5);
+    assert!(t.comps_a().is_empty() && !t.a.in_flight(), "the SEND's packet is acknowledged, not delivered");
+    t.mb.unplaced = false;
+    t.b.resume_delivery(Instant(t.now), &mut t.mb);
+    let report = t.out_b();
+    assert!(!report.is_empty() && report.iter().all(is_ack), "no delivery report: {report:?}");
+    assert_eq!(t.comps_b().len(), 1);
+    // The report is lost. The requester must not wait for ever.
+    let mut probe = vec![];
+    for _ in 0..10 {
+        let deadline = t.a.poll_timeout().expect("the requester waits for a report with no timer");
+        t.now = t.now.max(deadline.as_nanos());
+        t.a.handle_timeout(Instant(t.now));
+        probe = t.out_a();
+        if !probe.is_empty() {
+            break;
+        }
+    }
+    assert!(probe.len() == 1 && probe[0].1[1] == 0x21, "no PROBE: {probe:?}");
+    t.deliver_b(&probe[0]);
+    for p in t.out_b() {
+        t.deliver_a(&p);
+    }
+    assert_eq!(t.comps_a().iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(), vec![(1, WcStatus::Success)]);
+    assert!(t.a.poll_timeout().is_none(), "a timer still armed with nothing to wait for");
+}

@@ -1685,6 +1685,25 @@ def t_retry_exceeded(T):
               "completions %s", c)
 
 
+@case("MR-5.5.4 MR-4.3.1",
+      "a SEND acknowledged but never reported delivered: after an RTO the DUT probes; "
+      "the answer's MSN completes it")
+def t_report_probe(T):
+    with link(T, min_rto_us=Prefer(20000), min_path_rto_us=Prefer(1000000)) as L:
+        post(T, L, 1, "send", len=16)
+        rx = collect(L, 1, 1.0, first_tx)
+        check(len(rx) == 1 and rx[0].op == SEND, "no SEND: %s", rx)
+        R = ack_all(L, rx, 0)      # its TSN acknowledged, its delivery not reported
+        c = T.dut.wait_cq(L.dqpn, 1, 100)
+        check(not c, "completion before the delivery was reported: %s", c)
+        probes = collect(L, 1, 3.0, lambda r: r.op == PROBE)
+        check(probes, "no PROBE while the SEND waits for its delivery report")
+        pr = probes[0]
+        L.ack(R.cum, path=pr.p.path, echo_ts=pr.p.ts, rcv=0, flags=M.AF_PROBE, msn=1)
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check([(x["wr"], x["status"]) for x in c] == [(1, WC_SUCCESS)], "completions %s", c)
+
+
 @case("MR-4.2.5 MR-3.5.6 MR-5.4.5",
       "NAK-RNR at the requester: silence for the RNR timer, then the message is resent")
 def t_rnr_requester(T):
