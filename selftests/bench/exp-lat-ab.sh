@@ -3,10 +3,7 @@
 # bench conditions (veth MTU LAT_MTU, default 65535; MRC_ARGS default rc_mtu=32768; no RPS).
 # Run in the guest: tools/vm --flavour plain -- env LAT_KOS="A.ko B.ko:reply_wait_us=0" bash selftests/bench/exp-lat-ab.sh
 # (an entry may name module parameters for its runs; LAT_ITERS, default 2000).
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-. $HERE/lib/ktap.sh; . $HERE/lib/net.sh
-VB_LOGDIR=/tmp/vb; mkdir -p $VB_LOGDIR
-. $HERE/lib/verbs.sh
+. "$(dirname "$0")/exp-env.sh"
 modprobe siw
 mk_hosts
 ip -n hostA link set veth0 mtu "${LAT_MTU:-65535}"; ip -n hostB link set veth1 mtu "${LAT_MTU:-65535}"

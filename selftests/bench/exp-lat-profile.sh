@@ -4,11 +4,7 @@
 #   METAROCE_ROOT=/var/cache/metaroce/root-perf tools/vm --flavour plain -- \
 #       env PROF_KO=out/x.ko bash selftests/bench/exp-lat-profile.sh
 # Reports land in the run's out/vm-*/prof/.
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-. $HERE/lib/ktap.sh; . $HERE/lib/net.sh
-VB_LOGDIR=/tmp/vb; mkdir -p $VB_LOGDIR
-. $HERE/lib/verbs.sh
-OUTD=${METAROCE_OUT:?run under tools/vm}/prof; mkdir -p $OUTD
+. "$(dirname "$0")/exp-env.sh" prof
 modprobe siw
 mk_hosts
 ip -n hostA link set veth0 mtu 65535; ip -n hostB link set veth1 mtu 65535

@@ -7,11 +7,7 @@
 # (TAIL_KO: the module to load, default the tree's; TAIL_ARGS: module parameters).
 # Files land in the run's out/vm-*/lattail/: NAME.log (perftest's client output),
 # NAME.counters-before/after.
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-. $HERE/lib/ktap.sh; . $HERE/lib/net.sh
-VB_LOGDIR=/tmp/vb; mkdir -p $VB_LOGDIR
-. $HERE/lib/verbs.sh
-OUTD=${METAROCE_OUT:?run under tools/vm}/lattail; mkdir -p $OUTD
+. "$(dirname "$0")/exp-env.sh" lattail
 modprobe siw
 mk_hosts
 ip -n hostA link set veth0 mtu 65535; ip -n hostB link set veth1 mtu 65535

@@ -4,10 +4,7 @@
 # device. Prints each run's exit codes and the end of both sides' output.
 # Run in the guest: tools/vm --flavour plain -- bash selftests/bench/exp-perftest-events.sh
 # EV_KO: the module to load (default: the tree's rdma_metaroce.ko).
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-. $HERE/lib/ktap.sh; . $HERE/lib/net.sh
-VB_LOGDIR=/tmp/vb; mkdir -p $VB_LOGDIR
-. $HERE/lib/verbs.sh
+. "$(dirname "$0")/exp-env.sh"
 mk_hosts
 modprobe rdma_rxe
 KO=${EV_KO:-$HERE/../rdma_metaroce.ko} mrc_insmod

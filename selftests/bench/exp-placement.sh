@@ -10,10 +10,7 @@
 # PL_TOOL (default ib_write_bw);
 # PL_ARGS="PARAMS|PARAMS" module parameter sets, each loaded in turn;
 # PL_TCP=1 adds iperf3 with the same placement; PL_NETEM="ARGS" netem on both veths.
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-. $HERE/lib/ktap.sh; . $HERE/lib/net.sh
-VB_LOGDIR=/tmp/vb; mkdir -p $VB_LOGDIR
-. $HERE/lib/verbs.sh
+. "$(dirname "$0")/exp-env.sh"
 mk_hosts
 for d in "hostA veth0" "hostB veth1"; do set -- $d; ip netns exec $1 ip link set $2 mtu 65535; done
 if [ -n "${PL_NETEM:-}" ]; then

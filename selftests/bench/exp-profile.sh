@@ -8,11 +8,7 @@
 # PROF_MTU="LINK:RC" (default 65535:32768), PROF_RPS=MASK (default 3), PROF_QPS=N
 # (default 1), PROF_NETEM="netem args" (default none: the bare link; the bench's
 # lossless baseline is "loss 0%"); reports land in the run's out/vm-*/prof/.
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-. $HERE/lib/ktap.sh; . $HERE/lib/net.sh
-VB_LOGDIR=/tmp/vb; mkdir -p $VB_LOGDIR
-. $HERE/lib/verbs.sh
-OUTD=${METAROCE_OUT:?run under tools/vm}/prof; mkdir -p $OUTD
+. "$(dirname "$0")/exp-env.sh" prof
 mk_hosts
 m=${PROF_MTU:-65535:32768}
 ip netns exec hostA ip link set veth0 mtu "${m%%:*}"; ip netns exec hostB ip link set veth1 mtu "${m%%:*}"

@@ -11,10 +11,7 @@
 # QS_QPS (default 1), QS_TOOLS (default "ib_write_bw ib_read_bw"), QS_NETEM="ARGS"
 # netem on both veths; bench link conditions (veth MTU 65535, RPS over both vCPUs,
 # rc_mtu=32768).
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-. $HERE/lib/ktap.sh; . $HERE/lib/net.sh
-VB_LOGDIR=/tmp/vb; mkdir -p $VB_LOGDIR
-. $HERE/lib/verbs.sh
+. "$(dirname "$0")/exp-env.sh"
 mk_hosts
 for d in "hostA veth0" "hostB veth1"; do set -- $d
   ip netns exec $1 ip link set $2 mtu 65535

@@ -7,11 +7,7 @@
 # (TL_ROUNDS, default 2; TL_KO, default the tree's module; TL_ARGS: module parameters).
 # Files land in the run's out/vm-*/timeline/: TOOL-ROUND.tsv (a line per sample:
 # nanoseconds, then NAME=VALUE for each counter).
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-. $HERE/lib/ktap.sh; . $HERE/lib/net.sh
-VB_LOGDIR=/tmp/vb; mkdir -p $VB_LOGDIR
-. $HERE/lib/verbs.sh
-OUTD=${METAROCE_OUT:?run under tools/vm}/timeline; mkdir -p $OUTD
+. "$(dirname "$0")/exp-env.sh" timeline
 mk_hosts
 ip netns exec hostA ip link set veth0 mtu 65535; ip netns exec hostB ip link set veth1 mtu 65535
 hosts_rps 3

@@ -12,10 +12,7 @@
 # AB_WRAPS="none|nice -n 19" alternates a command the client perftest runs under.
 # AB_PT_ARGS adds perftest arguments to both sides (e.g. -e: completions by event).
 # Each run prints MetaRoCE's port counters.
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-. $HERE/lib/ktap.sh; . $HERE/lib/net.sh
-VB_LOGDIR=/tmp/vb; mkdir -p $VB_LOGDIR
-. $HERE/lib/verbs.sh
+. "$(dirname "$0")/exp-env.sh"
 mk_hosts
 link_mtu() { ip netns exec hostA ip link set veth0 mtu "$1"; ip netns exec hostB ip link set veth1 mtu "$1"; }
 if [ -n "${AB_RPS:-}" ]; then
