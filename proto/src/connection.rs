@@ -1857,12 +1857,23 @@ impl Connection {
             return;
         }
         self.settle_pkt(t);
+        self.release_acked_head();
+        self.note_progress(now);
+    }
+
+    /// Frees the acknowledged packets at the head of the send window.
+    fn release_acked_head(&mut self) {
         while self.snd_una != self.snd_nxt
             && self.pkts[(self.snd_una % WINDOW) as usize].state == S_ACKED
         {
             self.pkts[(self.snd_una % WINDOW) as usize].kind = K_FREE;
             self.snd_una = self.snd_una.wrapping_add(1);
         }
+    }
+
+    /// New data was acknowledged: the connection RTO, its retries and backoff,
+    /// and the tail loss probe start over (MR-5.5.3, MR-5.3.4).
+    fn note_progress(&mut self, now: u64) {
         self.last_progress = now;
         self.retries = 0;
         self.rto_backoff = 0;
@@ -1969,17 +1980,9 @@ impl Connection {
                 progress |= self.ack_pkt(now, t, e);
             }
         }
-        while self.snd_una != self.snd_nxt
-            && self.pkts[(self.snd_una % WINDOW) as usize].state == S_ACKED
-        {
-            self.pkts[(self.snd_una % WINDOW) as usize].kind = K_FREE;
-            self.snd_una = self.snd_una.wrapping_add(1);
-        }
+        self.release_acked_head();
         if progress {
-            self.last_progress = now;
-            self.retries = 0;
-            self.rto_backoff = 0;
-            self.tlp_done = false;
+            self.note_progress(now);
         }
         // Per-path loss detection (MR-5.3.2, MR-5.3.3).
         for q in 0..self.cfg.num_paths as usize {
@@ -2533,7 +2536,6 @@ impl Connection {
             .unwrap_or(0)
     }
 
-    /// Spec: MR-5.5.3.
     /// Spec: MR-5.5.4 — nothing is in flight, yet sent work is incomplete: its
     /// packets are acknowledged, and it waits for the responder's report of its
     /// delivery (MR-4.3.1) or for a response the responder keeps in flight.
@@ -2558,6 +2560,14 @@ impl Connection {
         self.rto_backoff = self.rto_backoff.saturating_add(1);
     }
 
+    /// Spec: MR-5.5.4 — when a requester waiting for a delivery report probes
+    /// (None: it is not waiting, or an RNR timer runs, MR-4.2.5).
+    fn report_deadline(&self) -> Option<u64> {
+        (self.awaiting_report() && self.rnr_until == 0)
+            .then(|| self.last_progress.saturating_add(self.conn_rto()))
+    }
+
+    /// Spec: MR-5.5.3.
     fn conn_rto(&self) -> u64 {
         let srtt = self.max_srtt();
         let base = (3 * srtt).max(self.cfg.min_rto.as_nanos());
@@ -2610,8 +2620,8 @@ impl Connection {
         // Spec: MR-4.2.5 — no connection RTO or tail probe while waiting out an
         // RNR timer (the RTO restarts when the wait ends).
         // Spec: MR-5.5.4 — nor the wait for a delivery report.
-        if self.awaiting_report() && self.rnr_until == 0 {
-            t = t.min(self.last_progress.saturating_add(self.conn_rto()));
+        if let Some(d) = self.report_deadline() {
+            t = t.min(d);
         }
         if self.in_flight() && self.rnr_until == 0 {
             t = t.min(self.last_progress.saturating_add(self.conn_rto()));
@@ -2685,10 +2695,7 @@ impl Connection {
                 p.probe_pending = true;
             }
         }
-        if self.awaiting_report()
-            && self.rnr_until == 0
-            && now >= self.last_progress.saturating_add(self.conn_rto())
-        {
+        if self.report_deadline().is_some_and(|d| now >= d) {
             self.ask_for_report(now);
         }
         if self.in_flight() && self.rnr_until == 0 {
