@@ -733,6 +733,22 @@ impl Engine {
         }
     }
 
+    /// Spec: MR-5.4.7 — the consumer takes the QP out of service (a move to ERR,
+    /// or destroy): as [`Self::to_error`], and a connection that received data
+    /// says its last word (its latest ACK, once) when it next runs. True if the
+    /// QP is connected, i.e. a run now may have that to send.
+    pub(crate) fn close(&mut self) -> bool {
+        self.errored = true;
+        self.can_send = false;
+        match self.conn.as_mut().filter(|_| self.connected) {
+            Some(c) => {
+                c.close();
+                true
+            }
+            None => false,
+        }
+    }
+
     /// RESET: everything posted is forgotten (verbs: no completions).
     pub(crate) fn to_reset(&mut self) {
         self.q.sq.iter_mut().for_each(|s| *s = None);

@@ -275,7 +275,11 @@ impl Qp {
             Some(QpState::Init) if before == QpState::Reset => eng.to_init(),
             Some(QpState::Rtr) if before != QpState::Rtr => eng.to_rtr(&params),
             Some(QpState::Rts) if before != QpState::Rts => eng.to_rts(&params),
-            Some(QpState::Err) => eng.to_error(),
+            // Spec: MR-5.4.7 — the consumer's move to ERR; the kick after the
+            // modify sends the last word.
+            Some(QpState::Err) => {
+                eng.close();
+            }
             _ => {}
         }
         drop(eng);

@@ -554,7 +554,10 @@ impl Endpoint {
             }
             "destroy_qp" => {
                 let qpn = a.num("qpn")? as u32;
-                self.qps.remove(&qpn).ok_or("no such qp")?;
+                // Spec: MR-5.4.7 — the last word goes out before the QP does.
+                self.qps.get_mut(&qpn).ok_or("no such qp")?.conn.close();
+                self.pump();
+                self.qps.remove(&qpn);
                 "ok".into()
             }
             "reg_mr" => {
@@ -778,7 +781,8 @@ impl Endpoint {
                     .qps
                     .get_mut(&(a.num("qpn")? as u32))
                     .ok_or("no such qp")?;
-                qp.conn.set_error();
+                // Spec: MR-5.4.7 — the consumer moves the QP to the error state.
+                qp.conn.close();
                 "ok".into()
             }
             "set_credit" => {

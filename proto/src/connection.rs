@@ -767,6 +767,10 @@ pub struct Connection {
     /// Delivery stopped at a message whose memory was not resident (MR-9.2.5):
     /// the path to report progress on once it resumes.
     delivery_stalled: Maybe<u8>,
+    /// The path whose ACK repeats once the consumer closed the QP (MR-5.4.7).
+    last_word: Maybe<u8>,
+    /// The consumer closed the QP (MR-5.4.7): its last word is said once.
+    closed: bool,
     credit_hint: u16,
     // Completions.
     cq: [Cqe; CQ_DEPTH],
@@ -869,6 +873,8 @@ impl Connection {
             nak: Maybe::NONE_NAK,
             gbn_nak_at: Maybe::NONE_U32,
             delivery_stalled: Maybe::NONE_U8,
+            last_word: Maybe::NONE_U8,
+            closed: false,
             credit_hint: 0xFFFF,
             cq: [Cqe::EMPTY; CQ_DEPTH],
             cq_head: 0,
@@ -927,6 +933,8 @@ impl Connection {
         self.nak = Maybe::NONE_NAK;
         self.gbn_nak_at = Maybe::NONE_U32;
         self.delivery_stalled = Maybe::NONE_U8;
+        self.last_word = Maybe::NONE_U8;
+        self.closed = false;
         self.credit_hint = 0xFFFF;
         self.cq.fill(Cqe::EMPTY);
         self.cq_head = 0;
@@ -1187,6 +1195,23 @@ impl Connection {
     /// Moves the QP to the error state (verbs `modify_qp(IB_QPS_ERR)`):
     /// flushes all outstanding work (MR-7.3).
     pub fn set_error(&mut self) {
+        self.enter_error(None);
+    }
+
+    /// Spec: MR-5.4.7 — the consumer takes the QP out of service (destroys
+    /// it, or moves it to the error state): as [`Self::set_error`], and if
+    /// data packets arrived, the ACK of the path where the latest arrived goes
+    /// out once more, the last packet [`Self::poll_transmit`] gives.
+    pub fn close(&mut self) {
+        if !self.closed {
+            self.closed = true;
+            let latest = (0..MAX_PATHS)
+                .filter(|&q| self.paths[q].rx_at != 0)
+                .max_by_key(|&q| self.paths[q].rx_at);
+            if let Some(q) = latest {
+                self.last_word = Maybe::some(q as u8);
+            }
+        }
         self.enter_error(None);
     }
 
@@ -2833,7 +2858,9 @@ impl Connection {
             return self.emit_ack(t, n.path as usize, Some(n), buf);
         }
         if self.state == QpState::Error {
-            return None;
+            // Spec: MR-5.4.7 — nothing after the last word.
+            let q = self.last_word.take()?;
+            return self.emit_ack(t, q as usize, None, buf);
         }
         for q in 0..MAX_PATHS {
             let p = &self.paths[q];

@@ -2038,3 +2038,87 @@ fn a_lost_delivery_report_is_asked_for_again() {
     assert_eq!(t.comps_a().iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(), vec![(1, WcStatus::Success)]);
     assert!(t.a.poll_timeout().is_none(), "a timer still armed with nothing to wait for");
 }
+
+/// A ping-pong's tail (ibv_rc_pingpong's last iteration): A's SEND reaches B,
+/// whose ACK of it is lost; B answers with its own SEND, which A receives and
+/// acknowledges. Returns the pair with B's work complete and A's SEND still
+/// waiting for the report of its delivery.
+fn ping_pong_tail_with_the_report_lost() -> Pair {
+    let mut t = Pair::new(|_| {});
+    t.ma.set_local(1, vec![1; 8]);
+    t.mb.set_local(2, vec![2; 8]);
+    t.ma.set_recv(70, 8);
+    t.mb.set_recv(60, 8);
+    t.a.post_recv(RecvWr { wr_id: 70, len: 8 }).unwrap();
+    t.b.post_recv(RecvWr { wr_id: 60, len: 8 }).unwrap();
+    t.a.post_send(SendWr::send(1, 8)).unwrap();
+    for p in t.out_a() {
+        t.deliver_b(&p);
+    }
+    let report = t.out_b();
+    assert!(!report.is_empty() && report.iter().all(is_ack), "{report:?}");
+    assert_eq!(t.comps_b().iter().map(|c| c.wr_id).collect::<Vec<_>>(), vec![60]);
+    t.now += 1_000;
+    t.b.post_send(SendWr::send(2, 8)).unwrap();
+    for p in t.out_b() {
+        t.deliver_a(&p);
+    }
+    for p in t.out_a() {
+        t.deliver_b(&p);
+    }
+    assert_eq!(t.comps_b().iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(), vec![(2, WcStatus::Success)]);
+    assert_eq!(t.comps_a().iter().map(|c| c.wr_id).collect::<Vec<_>>(), vec![70], "A's SEND completed without its report");
+    t
+}
+
+#[test]
+fn the_last_word_reports_a_delivery_whose_ack_was_lost() {
+    // Spec: MR-5.4.7 — B is done and destroys its QP, which would leave A's
+    // retransmissions unanswered and A's delivered SEND to fail its retries.
+    // B's last word repeats its ACK, which reports the delivery.
+    let mut t = ping_pong_tail_with_the_report_lost();
+    t.now += 1_000;
+    t.b.close();
+    let last = t.out_b();
+    assert!(last.len() == 1 && is_ack(&last[0]), "no last word: {last:?}");
+    t.deliver_a(&last[0]);
+    assert_eq!(t.comps_a().iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(), vec![(1, WcStatus::Success)]);
+    assert!(!t.a.in_flight() && t.a.poll_timeout().is_none());
+    // Said once: closing again (destroy after a move to the error state)
+    // sends nothing, and nothing comes after it.
+    t.b.close();
+    t.b.post_send(SendWr::send(2, 8)).ok();
+    assert!(t.out_b().is_empty());
+}
+
+#[test]
+fn the_last_word_is_the_ack_of_the_latest_arrival_and_only_a_receiver_says_it() {
+    // Spec: MR-5.4.7 — B's SEND reaches A, whose ACK of it is lost; A is done
+    // and closes. Its last word is that ACK again, on the path where the SEND
+    // arrived, and B's SEND completes.
+    let mut t = Pair::new(|_| {});
+    t.mb.set_local(2, vec![2; 8]);
+    t.ma.set_recv(70, 8);
+    t.a.post_recv(RecvWr { wr_id: 70, len: 8 }).unwrap();
+    t.b.post_send(SendWr::send(2, 8)).unwrap();
+    let send = t.out_b();
+    assert_eq!(send.len(), 1);
+    t.deliver_a(&send[0]);
+    let lost = t.out_a();
+    assert!(lost.len() == 1 && is_ack(&lost[0]), "{lost:?}");
+    assert_eq!(t.comps_a().iter().map(|c| c.wr_id).collect::<Vec<_>>(), vec![70]);
+    t.now += 1_000;
+    t.a.close();
+    let last = t.out_a();
+    assert!(last.len() == 1 && is_ack(&last[0]), "{last:?}");
+    assert_eq!(path_of(&last[0]), path_of(&send[0]));
+    t.deliver_b(&last[0]);
+    assert_eq!(t.comps_b().iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(), vec![(2, WcStatus::Success)]);
+    assert!(!t.b.in_flight());
+    // B received nothing: closing, it has nothing to say, and its work (none
+    // left here; a new SEND) is flushed.
+    t.b.post_send(SendWr::send(3, 0)).unwrap();
+    t.b.close();
+    assert!(t.out_b().is_empty(), "a QP that received nothing sent a last word");
+    assert_eq!(t.comps_b().iter().map(|c| c.status).collect::<Vec<_>>(), vec![WcStatus::WrFlushErr]);
+}

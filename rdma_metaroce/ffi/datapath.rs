@@ -315,6 +315,23 @@ pub(super) unsafe fn qp_stop(qp: *mut raw::ib_qp, io: *mut raw::mrc_qp_io) {
     }
 }
 
+/// Spec: MR-5.4.7 — the consumer destroys the QP: a connected QP says its last
+/// word (its latest ACK, once) in a run made here, before [`qp_stop`] takes the QP
+/// off the wire.
+///
+/// # Safety
+///
+/// `qp` is a live QP of this driver between `qp_start` and `qp_stop`, and the caller
+/// is in process context with interrupts enabled.
+pub(super) unsafe fn qp_close(qp: *mut raw::ib_qp) {
+    // SAFETY: Per the contract the QP is alive.
+    let connected = unsafe { qp_of(qp) }.engine.lock().close();
+    if connected {
+        // SAFETY: Per the contract (`run_qp`'s own).
+        unsafe { run_qp(qp, Origin::Work) };
+    }
+}
+
 /// Asks the QP's work to run now.
 ///
 /// # Safety

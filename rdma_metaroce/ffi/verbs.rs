@@ -806,6 +806,8 @@ unsafe extern "C" fn destroy_qp_cb(ib: *mut raw::ib_qp, _udata: *mut raw::ib_uda
     // SAFETY: ib_core calls destroy once, after a successful create, with no other op
     // running on the QP.
     let (dev, qpn) = unsafe { (qp_dev(ib), qp(ib).qpn) };
+    // SAFETY: As above; ib_core destroys QPs in process context.
+    unsafe { super::datapath::qp_close(ib) };
     // SAFETY: Set up in create; after this no datagram or work touches the QP.
     unsafe { qp_stop(ib, qp_alloc_io(ib)) };
     // Completions still queued would name a freed QP.

@@ -1704,6 +1704,32 @@ def t_report_probe(T):
         check([(x["wr"], x["status"]) for x in c] == [(1, WC_SUCCESS)], "completions %s", c)
 
 
+@case("MR-5.4.7",
+      "a destroyed QP repeats its latest ACK once: the delivery report its peer may have lost")
+def t_last_word(T):
+    with link(T) as L:
+        path = 1 % L.npaths
+        T.dut.cmd("post_recv qpn=%#x wr=1 len=64" % L.dqpn)
+        tsns = L.message(SEND, pattern(40), paths=[path])
+        end = (tsns[-1] + 1) & 0xFFFFFFFF
+        a = L.cum_reaches(end)
+        check(a is not None, "the SEND was not acknowledged")
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check([(x["wr"], x["status"]) for x in c] == [(1, WC_SUCCESS)], "completions %s", c)
+        L.silent(0.1)          # the ACKs already sent are the ones this tester "lost"
+        T.dut.cmd("destroy_qp qpn=%#x" % L.dqpn)
+        last = L.recv_ack(1.0)
+        check(last is not None, "no ACK after the QP was destroyed")
+        check(seq_ge(last.ack.cum_tsn, end) and last.ack.msn == 1,
+              "the last word does not report the delivery: cum %#x msn %d", last.ack.cum_tsn,
+              last.ack.msn)
+        check(last.ack.syndrome == SYN_ACK and last.ack.echo_path == path,
+              "last word: syndrome %d on path %d (data arrived on %d)", last.ack.syndrome,
+              last.ack.echo_path, path)
+        rest = L.silent(0.3)
+        check(not rest, "sent after its last word: %s", rest[:2])
+
+
 @case("MR-4.2.5 MR-3.5.6 MR-5.4.5",
       "NAK-RNR at the requester: silence for the RNR timer, then the message is resent")
 def t_rnr_requester(T):
