@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # experiment: what bounds a steady 1-QP ib_write_bw / ib_read_bw 64 KiB stream. Samples
 # both RC QPs' state (`rdma -dd resource show qp`: per-path cwnd, bytes in flight,
-# srtt, rttvar; the reordering multiplier; work requests held by the transport; `held_ns`/`runs`, how long the data path
+# srtt, rttvar; the reordering multiplier; the recovery counters: retransmissions,
+# duplicates, path timeouts, losses declared, tail probes, RTOs; work requests held
+# by the transport; `held_ns`/`runs`, how long the data path
 # has held the QP) a few times inside the stream, so that a window-bound stream (in
 # flight at cwnd), a message-window-bound one (32 messages in the transport), one
 # bound by a QP's own lock (held_ns growing ~1 s per s) and one bound by none of them
@@ -35,7 +37,7 @@ for tool in ${QS_TOOLS:-ib_write_bw ib_read_bw}; do
     sleep 0.7  # sampling interval, not synchronisation: the stream runs either way
     echo "--- $tool sample $i"
     [ $i != 1 ] || rdma -dd resource show qp 2>/dev/null | head -40
-    rdma -dd resource show qp 2>/dev/null | grep -Eo "(dev|link) mrc[AB].*lqpn [0-9]*|(drv_)?(held_ns|runs|sq_in_transport|rq_in_transport|reordering_multiplier|path[0-7]_cwnd|path[0-7]_inflight|path[0-7]_srtt_ns|path[0-7]_rttvar_ns) [0-9]*" | paste -sd' ' | sed -E "s/(dev|link) mrc/\n\1 mrc/g; s/drv_//g" | grep path0_cwnd
+    rdma -dd resource show qp 2>/dev/null | grep -Eo "(dev|link) mrc[AB].*lqpn [0-9]*|(drv_)?(held_ns|runs|sq_in_transport|rq_in_transport|reordering_multiplier|tx_retx|rx_dup|path_timeouts|path_timeouts_overtaken|lost_detected|tlp|rto|path[0-7]_cwnd|path[0-7]_inflight|path[0-7]_srtt_ns|path[0-7]_rttvar_ns) [0-9]*" | paste -sd' ' | sed -E "s/(dev|link) mrc/\n\1 mrc/g; s/drv_//g" | grep path0_cwnd
   done
   wait $client
   echo "=== $tool: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}')"
