@@ -11,7 +11,8 @@
 # parameters for that build's runs, e.g. the same .ko twice with different settings).
 # AB_WRAPS="none|nice -n 19" alternates a command the client perftest runs under.
 # AB_PT_ARGS adds perftest arguments to both sides (e.g. -e: completions by event).
-# Each run prints MetaRoCE's port counters.
+# Each run prints MetaRoCE's port counters, and per CPU the packets the receive softirq
+# processed and how often it ran out of budget, and ksoftirqd's CPU time.
 . "$(dirname "$0")/exp-env.sh"
 mk_hosts
 link_mtu() { ip netns exec hostA ip link set veth0 mtu "$1"; ip netns exec hostB ip link set veth1 mtu "$1"; }
@@ -30,6 +31,15 @@ P=19000
 cpu_shares() { # BEFORE AFTER
   paste -d' ' <(echo "$1") <(echo "$2") | awk '{u=$13-$2; s=$15-$4; i=$16-$5; si=$19-$8; t=u+s+i+si+($17-$6)+($18-$7); if (t == 0) t = 1; printf "%s user %d sys %d softirq %d idle %d\n", $1, 100*u/t, 100*s/t, 100*si/t, 100*i/t}'
 }
+# Per CPU: packets the receive softirq processed and how often it ran out of budget
+# (time_squeeze: the rest went to the next round, or to ksoftirqd), from softnet_stat.
+softnet() { local a b c rest; while read -r a b c rest; do echo "$((16#$a)) $((16#$c))"; done < /proc/net/softnet_stat; }
+# ksoftirqd/N's CPU time (utime+stime, clock ticks), one per line.
+ksoftirqd_ticks() {
+  local d; for d in /proc/[0-9]*; do
+    case $(cat "$d/comm" 2>/dev/null) in ksoftirqd/*) awk '{print $14 + $15}' "$d/stat";; esac
+  done
+}
 run() { # KO[:PARAMS] QPS RC_MTU [PARAMS]
   local extra_ko=; [ "${1#*.ko:}" != "$1" ] && extra_ko=${1#*.ko:}
   KO=${1%%.ko:*}; KO=${KO%.ko}.ko mrc_insmod rc_mtu="$3" ${4//,/ } ${extra_ko//,/ } ${AB_ARGS:-}
@@ -39,12 +49,13 @@ run() { # KO[:PARAMS] QPS RC_MTU [PARAMS]
   P=$((P+1))
   ip netns exec hostB timeout 60 ${AB_TOOL:-ib_write_bw} -d mrcB -x $gb -p $P -F -s 65536 -q $2 -D 5 ${AB_PT_ARGS:-} > /tmp/s.log 2>&1 &
   wait_for 20 vb_tcp_listening hostB $P
-  c0=$(grep '^cpu' /proc/stat)
+  c0=$(grep '^cpu' /proc/stat); n0=$(softnet); k0=$(ksoftirqd_ticks)
   ip netns exec hostA timeout 60 ${AB_WRAP:-} ${AB_TOOL:-ib_write_bw} -d mrcA -x $ga -p $P -F -s 65536 -q $2 -D 5 ${AB_PT_ARGS:-} 198.18.0.2 > /tmp/c.log 2>&1
-  c1=$(grep '^cpu' /proc/stat); wait
+  c1=$(grep '^cpu' /proc/stat); n1=$(softnet); k1=$(ksoftirqd_ticks); wait
   local shares; shares=$(cpu_shares "$c0" "$c1")
   echo "=== $(basename "$1") rc_mtu $3 ${4:-} q$2${AB_WRAP:+ ($AB_WRAP)}: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}') $(head -1 <<< "$shares" | cut -d' ' -f2-)"
   echo "    per CPU: $(tail -n +2 <<< "$shares" | paste -sd';')"
+  echo "    softnet per CPU (packets squeezed): $(paste -d' ' <(echo "$n0") <(echo "$n1") | awk '{printf "%d %d; ", $3-$1, $4-$2}')ksoftirqd ticks: $(paste -d' ' <(echo "$k0") <(echo "$k1") | awk '{printf "%d ", $2-$1}')"
   echo "    counters: $(vb_nonzero_counters 'tx_packets|retransmits|tail_probes|path_probes|sack_recovered|path_timeouts|path_timeouts_overtaken|rx_duplicates|repaths|congestion_repaths|rx_steered|rx_unlocked_copies')"
   rdma link del mrcA; rdma link del mrcB; rmmod rdma_metaroce
 }
