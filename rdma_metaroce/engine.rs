@@ -618,6 +618,7 @@ impl Engine {
             (Counter::AcksPiggybacked, now.tx_piggybacked, &mut last.tx_piggybacked),
             (Counter::Repaths, now.repaths, &mut last.repaths),
             (Counter::CongestionRepaths, now.congestion_repaths, &mut last.congestion_repaths),
+            (Counter::MovedPaths, now.moved_paths, &mut last.moved_paths),
             (Counter::StaleReadNaks, now.stale_read_naks, &mut last.stale_read_naks),
             (Counter::UcDropped, now.uc_dropped, &mut last.uc_dropped),
         ] {
@@ -743,6 +744,18 @@ impl Engine {
         match self.conn.as_mut().filter(|_| self.connected) {
             Some(c) => {
                 c.close();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Spec: MR-6.3.5 — asks the peer to move path `path` (its numbering) on that
+    /// path's next ACK; false if the QP has no connection.
+    pub(crate) fn ask_to_move(&mut self, path: usize) -> bool {
+        match self.conn.as_mut().filter(|_| self.connected) {
+            Some(c) => {
+                c.ask_to_move(path);
                 true
             }
             None => false,

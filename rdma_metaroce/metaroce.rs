@@ -25,6 +25,7 @@ mod net;
 pub mod proto;
 mod proto_tests;
 mod qp;
+mod spread;
 mod srq;
 
 module! {

@@ -76,6 +76,11 @@ pub(crate) enum Counter {
     Repaths,
     /// Of those, paths moved off a congested or shared route (MR-6.3.4).
     CongestionRepaths,
+    /// Of those, paths moved because the receiver asked (MR-6.3.5).
+    MovedPaths,
+    /// ACKs this device sent asking its peer to move a path: one connection's
+    /// paths crowded on one of its CPUs (MR-6.3.5).
+    MoveRequests,
     /// READ responses whose retransmission could no longer read the memory
     /// (its R_Key invalidated after the requester had them, most likely) and
     /// went out as a NAK, the QP staying up (MR-5.6.5).
@@ -100,7 +105,7 @@ pub(crate) enum Counter {
 }
 
 /// Counter names as shown by `rdma statistic show link DEV/1`.
-pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 36] = [
+pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 38] = [
     c"rx_packets",
     c"rx_bytes",
     c"rx_malformed",
@@ -129,6 +134,8 @@ pub(crate) const COUNTER_NAMES: [&core::ffi::CStr; 36] = [
     c"acks_piggybacked",
     c"repaths",
     c"congestion_repaths",
+    c"moved_paths",
+    c"move_requests",
     c"stale_read_naks",
     c"doorbells",
     c"cmd_posts",
@@ -208,6 +215,8 @@ mod tests {
         assert_eq!(COUNTER_NAMES[Counter::CmdPolls as usize], c"cmd_polls");
         assert_eq!(COUNTER_NAMES[Counter::TxZeroCopy as usize], c"tx_zero_copy");
         assert_eq!(COUNTER_NAMES[Counter::CongestionRepaths as usize], c"congestion_repaths");
+        assert_eq!(COUNTER_NAMES[Counter::MovedPaths as usize], c"moved_paths");
+        assert_eq!(COUNTER_NAMES[Counter::MoveRequests as usize], c"move_requests");
         assert_eq!(COUNTER_NAMES[Counter::StaleReadNaks as usize], c"stale_read_naks");
         assert_eq!(COUNTER_NAMES[Counter::RxSteered as usize], c"rx_steered");
         assert_eq!(COUNTER_NAMES[Counter::RxUnlockedCopies as usize], c"rx_unlocked_copies");

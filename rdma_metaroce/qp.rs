@@ -221,6 +221,9 @@ pub(crate) struct Qp {
     /// Nothing under it sleeps.
     #[pin]
     pub(crate) engine: crate::ffi::SpinLockBh<crate::engine::Engine>,
+    /// Spec: MR-6.3.5 — the CPUs its received paths land on (the receive softirq
+    /// writes it without a lock).
+    pub(crate) rx_spread: crate::spread::RxSpread,
 }
 
 impl Qp {
@@ -233,6 +236,7 @@ impl Qp {
             mapped,
             attrs <- new_mutex!(QpAttrs::new(), "metaroce_qp_attrs"),
             engine <- crate::ffi::new_spinlock_bh!(engine, "metaroce_qp_engine"),
+            rx_spread: crate::spread::RxSpread::new(),
         })
     }
 

@@ -23,7 +23,7 @@ use super::verbs::{
 };
 use super::wire::{
     rnr_timer_ns, AckRepr, AtomicRepr, BaseRepr, Body, Flags, Opcode, PacketRepr, Payload,
-    RequestRepr, ResponseRepr, Syndrome, ACK_EXT_LEN, ACK_FLAG_DUP, ACK_FLAG_ECE, ACK_FLAG_PROBE,
+    RequestRepr, ResponseRepr, Syndrome, ACK_EXT_LEN, ACK_FLAG_DUP, ACK_FLAG_ECE, ACK_FLAG_MOVE, ACK_FLAG_PROBE,
     MAX_MTU, MIN_MTU,
 };
 
@@ -283,6 +283,8 @@ pub struct Stats {
     pub repaths: u64,
     /// Repaths away from a persistently congested path (MR-6.3.4).
     pub congestion_repaths: u64,
+    /// Paths moved at the receiver's request (MR-6.3.5).
+    pub moved_paths: u64,
     /// RNR NAKs sent.
     pub rnr_naks: u64,
     /// READ_RESP retransmissions that could no longer read the memory and
@@ -456,6 +458,8 @@ struct Path {
     probe_reply: bool,
     probe_ts: u32,
     dup: bool,
+    /// The receiver asks the peer to move this path (MR-6.3.5), on its next ACK.
+    move_asked: bool,
 }
 
 impl Path {
@@ -499,6 +503,7 @@ impl Path {
             probe_reply: false,
             probe_ts: 0,
             dup: false,
+            move_asked: false,
         }
     }
 }
@@ -1959,6 +1964,9 @@ impl Connection {
         if a.flags & ACK_FLAG_DUP != 0 {
             self.note_duplicate(now);
         }
+        if a.flags & ACK_FLAG_MOVE != 0 {
+            self.move_on_request(now, e);
+        }
         if fresh {
             // Spec: MR-6.3.3 — a path that delivers is healthy again.
             let path = &mut self.paths[e];
@@ -2170,13 +2178,44 @@ impl Connection {
         } else if now.saturating_sub(path.hot_since) >= 16 * srtt
             && (path.last_repath == 0 || now.saturating_sub(path.last_repath) >= 64 * srtt)
         {
-            path.generation = path.generation.wrapping_add(1);
-            path.has_rtt = false;
-            path.cc.alpha = 0;
-            path.hot_since = 0;
-            path.last_repath = now;
-            self.stats.repaths += 1;
+            self.new_route(now, p);
             self.stats.congestion_repaths += 1;
+        }
+    }
+
+    /// Spec: MR-6.3.4, MR-6.3.5 — gives active path `q` a new source port: its
+    /// RTT and ECN state restart.
+    fn new_route(&mut self, now: u64, q: usize) {
+        let path = &mut self.paths[q];
+        path.generation = path.generation.wrapping_add(1);
+        path.has_rtt = false;
+        path.cc.alpha = 0;
+        path.hot_since = 0;
+        path.last_repath = now;
+        self.stats.repaths += 1;
+    }
+
+    /// Spec: MR-6.3.5 — the receiver asks for path `q` to move: repath it if it
+    /// is active and was not repathed within its last 64 RTTs.
+    fn move_on_request(&mut self, now: u64, q: usize) {
+        let Some(path) = self.paths[..self.cfg.num_paths as usize].get(q) else {
+            return;
+        };
+        let srtt = (path.srtt as u64).max(1);
+        if path.status == PathStatus::Active
+            && (path.last_repath == 0 || now.saturating_sub(path.last_repath) >= 64 * srtt)
+        {
+            self.new_route(now, q);
+            self.stats.moved_paths += 1;
+        }
+    }
+
+    /// Spec: MR-6.3.5 — the receiver asks its peer to move the path with id `q`
+    /// (the peer's path numbering) to a new source port, on that path's next ACK.
+    /// Ignored for a path no data arrived on.
+    pub fn ask_to_move(&mut self, q: usize) {
+        if let Some(p) = self.paths.get_mut(q).filter(|p| p.rx_seen) {
+            p.move_asked = true;
         }
     }
 
@@ -3283,6 +3322,9 @@ impl Connection {
         if p.dup {
             flags |= ACK_FLAG_DUP;
         }
+        if p.move_asked {
+            flags |= ACK_FLAG_MOVE;
+        }
         let (echo_ts, delay) = if probe {
             (p.probe_ts, 0)
         } else {
@@ -3323,6 +3365,7 @@ impl Connection {
         p.ack_due = 0;
         p.ack_now = false;
         p.dup = false;
+        p.move_asked = false;
         if probe {
             p.probe_reply = false;
         }
@@ -3458,7 +3501,7 @@ mod size_tests {
             assert_eq!(core::mem::size_of::<MsgSlot>(), 144);
             assert_eq!(core::mem::size_of::<SqEntry>(), 80);
             assert_eq!(core::mem::size_of::<Path>(), 184);
-            assert_eq!(core::mem::size_of::<Connection>(), 28_160);
+            assert_eq!(core::mem::size_of::<Connection>(), 28_168);
         }
     }
 }

@@ -2122,3 +2122,37 @@ fn the_last_word_is_the_ack_of_the_latest_arrival_and_only_a_receiver_says_it() 
     assert!(t.out_b().is_empty(), "a QP that received nothing sent a last word");
     assert_eq!(t.comps_b().iter().map(|c| c.status).collect::<Vec<_>>(), vec![WcStatus::WrFlushErr]);
 }
+
+#[test]
+fn a_path_moves_when_its_receiver_asks_once_per_64_rtts() {
+    // Spec: MR-6.3.5 — B asks A to move path 0; A's next packet on it leaves
+    // from a new source port. Asked again at once, A keeps the port.
+    let mut t = Pair::new(|c| c.num_paths = 1);
+    for w in 1..=4 {
+        t.ma.set_local(w, vec![w as u8; 8]);
+    }
+    let mut send = |t: &mut Pair, w: u64, ask: bool| -> u16 {
+        t.a.post_send(SendWr::write(w, 8, 0x1000, 0x77)).unwrap();
+        let out = t.out_a();
+        assert_eq!(out.len(), 1);
+        t.now += 5_000; // one way: an RTT of 10 us, so 64 RTTs are 640 us
+        t.deliver_b(&out[0]);
+        if ask {
+            t.b.ask_to_move(0);
+        }
+        let acks = t.out_b();
+        t.now += 5_000;
+        for p in acks {
+            t.deliver_a(&p);
+        }
+        out[0].0
+    };
+    let first = send(&mut t, 1, false);
+    assert_eq!(send(&mut t, 2, true), first, "moved before the ACK that asks");
+    assert_eq!(t.a.stats().moved_paths, 1);
+    let moved = send(&mut t, 3, true);
+    assert_ne!(moved, first, "path 0 kept its source port");
+    assert_eq!(send(&mut t, 4, false), moved, "moved twice within 64 RTTs");
+    assert_eq!(t.a.stats().moved_paths, 1);
+    assert_eq!(t.comps_a().len(), 4);
+}

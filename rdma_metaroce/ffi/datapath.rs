@@ -1342,6 +1342,7 @@ impl<'a> UdpPayload<'a> {
                     Body::Request { req, .. } if p.base.opcode == Opcode::ReadReq => req.msg_len,
                     _ => 0,
                 },
+                path: p.base.path_id,
             })
         })
     }
@@ -1382,6 +1383,8 @@ pub(super) struct Destination {
     pub(super) ack: bool,
     /// The bytes a READ request asks for (0 for other packets).
     pub(super) read_len: u32,
+    /// The MRH path id.
+    pub(super) path: u8,
 }
 
 /// Spec: MR-10.3.5 — where a QP handles a received datagram: a payload of at least
@@ -1403,6 +1406,8 @@ pub(super) fn arrival_of(d: &Destination, payload_len: usize) -> c_int {
 /// Hands a received datagram for `qpn` to its QP (softirq): runs the QP here, or
 /// queues the datagram for a run on the CPU `arrival` steers it to (spec
 /// MR-10.3.5, [`arrival_of`]). Returns the skb back if no such QP is live.
+/// `data_path`: the MRH path id of a data packet (None for an ACK or a multicast
+/// copy), which MR-6.3.5's spread of the connection's paths over CPUs counts.
 ///
 /// # Safety
 ///
@@ -1410,10 +1415,15 @@ pub(super) fn arrival_of(d: &Destination, payload_len: usize) -> c_int {
 pub(super) unsafe fn deliver(
     dev: &IbDev,
     qpn: u32,
+    data_path: Option<u8>,
     arrival: c_int,
     skb: *mut raw::sk_buff,
 ) -> Result<(), *mut raw::sk_buff> {
     let Some(qp) = dev.data().qp_table.lookup(qpn) else { return Err(skb) };
+    if let Some(path) = data_path {
+        // SAFETY: As below (a live QP); `skb` is ours and live.
+        unsafe { note_spread(dev, qp, path, skb) };
+    }
     // SAFETY: A live QP (table invariant; we are inside the RCU read section of the
     // UDP receive path, so `qp_stop` waits for us); its io context exists while it is
     // in the table. The UDP receive path is softirq, where `run_qp` may run.
@@ -1428,6 +1438,30 @@ pub(super) unsafe fn deliver(
         }
     }
     Ok(())
+}
+
+/// Spec: MR-6.3.5 — notes the CPU that handles a data packet of path `path` of
+/// `qp`'s connection; when the connection's paths crowd one CPU, the path's next
+/// ACK asks the peer to move one of them. Only on a link that spreads received
+/// packets over CPUs: elsewhere every packet lands on one CPU whatever its port.
+///
+/// # Safety
+///
+/// `qp` is a live QP of this driver and `skb` a live received datagram, in the
+/// receive softirq.
+unsafe fn note_spread(dev: &IbDev, qp: *mut raw::ib_qp, path: u8, skb: *mut raw::sk_buff) {
+    // SAFETY: Per the contract.
+    let (q, spreads) = unsafe { (qp_of(qp), raw::mrc_skb_rx_spread(skb)) };
+    if !spreads || q.ty != crate::qp::QpType::Rc {
+        return;
+    }
+    // SAFETY: No preconditions (softirq: the CPU cannot change under us).
+    let (cpu, cpus) = unsafe { (raw::mrc_rx_cpu(), raw::mrc_online_cpus()) };
+    if let Some(p) = q.rx_spread.note(usize::from(path), cpu as u32, cpus) {
+        if q.engine.lock().ask_to_move(p) {
+            dev.data().counters.add(crate::net::Counter::MoveRequests, 1);
+        }
+    }
 }
 
 /// Hands a received datagram for the multicast QPN (spec MR-3.6.3) to every QP
@@ -1457,7 +1491,7 @@ pub(super) unsafe fn deliver_multicast(dev: &IbDev, skb: *mut raw::sk_buff) -> u
         }
         // SAFETY: We own `copy`; on success the QP's queue does.
         // UD: no steering (the copy is at most one MTU, and UD keeps no order).
-        match unsafe { deliver(dev, qpn, raw::mrc_arrival_MRC_ARRIVAL_HERE as c_int, copy) } {
+        match unsafe { deliver(dev, qpn, None, raw::mrc_arrival_MRC_ARRIVAL_HERE as c_int, copy) } {
             Ok(()) => taken += 1,
             // SAFETY: Handed back: still ours.
             Err(c) => unsafe { raw::mrc_kfree_skb(c) },

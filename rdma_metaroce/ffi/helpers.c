@@ -863,6 +863,21 @@ void mrc_qp_io_free(struct mrc_qp_io *io)
 	kfree(io);
 }
 
+int mrc_rx_cpu(void)
+{
+	return smp_processor_id();
+}
+
+unsigned int mrc_online_cpus(void)
+{
+	return num_online_cpus();
+}
+
+bool mrc_skb_rx_spread(const struct sk_buff *skb)
+{
+	return mrc_rx_spread(skb);
+}
+
 u64 mrc_now_ns(void)
 {
 	return ktime_get_ns();

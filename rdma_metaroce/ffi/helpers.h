@@ -164,6 +164,13 @@ bool mrc_qp_io_park(struct mrc_qp_io *io, struct sk_buff *skb);
 /* Moves the kept datagrams back to the receive queue, in their order. */
 void mrc_qp_io_unpark(struct mrc_qp_io *io);
 
+/* Spec MR-6.3.5: the CPU handling a received datagram (softirq: preemption is
+ * off), how many CPUs are online, and whether the datagram's link spreads
+ * received packets over CPUs (RSS or RPS). */
+int mrc_rx_cpu(void);
+unsigned int mrc_online_cpus(void);
+bool mrc_skb_rx_spread(const struct sk_buff *skb);
+
 /* ktime_get_ns() */
 u64 mrc_now_ns(void);
 /* synchronize_rcu() */

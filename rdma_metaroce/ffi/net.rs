@@ -38,7 +38,7 @@ pub(super) unsafe extern "C" fn udp_rcv_cb(sk: *mut raw::sock, skb: *mut raw::sk
                 }
                 // SAFETY: We own the skb; on success the QP's queue owns it.
                 let arrival = super::datapath::arrival_of(&to, len);
-                match unsafe { super::datapath::deliver(dev, qpn, arrival, skb) } {
+                match unsafe { super::datapath::deliver(dev, qpn, (!to.ack).then_some(to.path), arrival, skb) } {
                     Ok(()) => return 0,
                     Err(_) => crate::net::receive_no_connection(dev),
                 }

@@ -56,7 +56,7 @@ run() { # KO[:PARAMS] QPS RC_MTU [PARAMS]
   echo "=== $(basename "$1") rc_mtu $3 ${4:-} q$2${AB_WRAP:+ ($AB_WRAP)}: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}') $(head -1 <<< "$shares" | cut -d' ' -f2-)"
   echo "    per CPU: $(tail -n +2 <<< "$shares" | paste -sd';')"
   echo "    softnet per CPU (packets squeezed): $(paste -d' ' <(echo "$n0") <(echo "$n1") | awk '{printf "%d %d; ", $3-$1, $4-$2}')ksoftirqd ticks: $(paste -d' ' <(echo "$k0") <(echo "$k1") | awk '{printf "%d ", $2-$1}')"
-  echo "    counters: $(vb_nonzero_counters 'tx_packets|retransmits|tail_probes|path_probes|sack_recovered|path_timeouts|path_timeouts_overtaken|rx_duplicates|repaths|congestion_repaths|rx_steered|rx_unlocked_copies')"
+  echo "    counters: $(vb_nonzero_counters 'tx_packets|retransmits|tail_probes|path_probes|sack_recovered|path_timeouts|path_timeouts_overtaken|rx_duplicates|repaths|congestion_repaths|moved_paths|move_requests|rx_steered|rx_unlocked_copies')"
   rdma link del mrcA; rdma link del mrcB; rmmod rdma_metaroce
 }
 tcp() { # iperf3 on the same link, one stream, 5 s

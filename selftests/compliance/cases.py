@@ -1271,6 +1271,40 @@ def first_tx(r):
     return data_pred(r) and not r.flags & M.F_RETX
 
 
+@case("MR-6.3.5", "MOVE on an ACK: the DUT gives that path a new source port, and only that path")
+def t_move_request(T):
+    with link(T, init_window=AtLeast(4 * 8 * 1024)) as L:
+        R = Receiver(L)
+
+        def burst(wr, move=None):
+            data = pattern(8 * 1024 - 100, wr)
+            post(T, L, wr, "write", len=len(data), va=0x1000, rkey=0x42, data=data)
+            rx = collect(L, 8, 1.0, first_tx)
+            check(len(rx) == 8, "got %d of 8 packets", len(rx))
+            for r in rx:
+                R.take(r)
+            for p in sorted(R.path_hi):
+                R.ack_path(p, msn=wr, flags=M.AF_MOVE if p == move else 0)
+            c = T.dut.wait_cq(L.dqpn, 1, 1000)
+            check([(x["wr"], x["status"]) for x in c] == [(wr, WC_SUCCESS)], "completions %s", c)
+            ports = {}
+            for r in rx:
+                ports.setdefault(r.p.path, set()).add(r.sport)
+            check(all(len(v) == 1 for v in ports.values()), "a path used two ports: %s", ports)
+            return {p: min(v) for p, v in ports.items()}
+
+        before = burst(1)
+        check(len(before) >= 2, "the WRITE used only path(s) %s", sorted(before))
+        move = max(before)
+        burst(2, move=move)                # no MOVE until this ACK
+        after = burst(3)
+        check(after.get(move) not in (None, before[move]),
+              "path %d kept source port %s after MOVE", move, before[move])
+        kept = {p: port for p, port in before.items() if p != move}
+        check(all(after.get(p) == port for p, port in kept.items()),
+              "other paths changed ports: before %s, after %s", before, after)
+
+
 @case("MR-6.1.1 MR-6.2.1 MR-6.2.2 MR-5.1.1 MR-5.1.2 MR-2.3.2 MR-2.5.1 MR-2.6.2 MR-4.1.1 "
       "MR-5.4.5 MR-3.3.1 MR-4.1.4 MR-7.1.2 MR-6.1.3 MR-8.1.1 MR-8.2.2 MR-11.1.4",
       "DUT WRITE: sprayed round-robin over 4 distinct ports, per-path PSNs, MTU segmentation")

@@ -128,6 +128,9 @@ pub const ACK_FLAG_ECE: u8 = 0x01;
 pub const ACK_FLAG_PROBE: u8 = 0x02;
 /// ACK flag: triggered by a duplicate packet.
 pub const ACK_FLAG_DUP: u8 = 0x04;
+/// ACK flag: the receiver asks for the echo path to be moved to a new source
+/// port (MR-6.3.5).
+pub const ACK_FLAG_MOVE: u8 = 0x08;
 
 /// Parsed ACK/NAK.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -173,6 +176,8 @@ impl AckRepr {
     pub const FLAG_PROBE: u8 = ACK_FLAG_PROBE;
     /// See [`ACK_FLAG_DUP`].
     pub const FLAG_DUP: u8 = ACK_FLAG_DUP;
+    /// See [`ACK_FLAG_MOVE`].
+    pub const FLAG_MOVE: u8 = ACK_FLAG_MOVE;
 
     /// Parses a view.
     pub fn parse<T: AsRef<[u8]>>(h: &AckHeader<T>) -> Result<Self, WireError> {

@@ -30,7 +30,7 @@ mod request;
 
 pub use self::ack::{
     rnr_timer_code, rnr_timer_ns, AckHeader, AckRepr, Syndrome, ACK_FLAG_DUP, ACK_FLAG_ECE,
-    ACK_FLAG_PROBE, SACK_BITS, SACK_BYTES,
+    ACK_FLAG_MOVE, ACK_FLAG_PROBE, SACK_BITS, SACK_BYTES,
 };
 pub use self::base::{BaseHeader, BaseRepr, Flags, Opcode, MRH_VERSION};
 pub use self::ext::{
