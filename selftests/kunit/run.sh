@@ -8,7 +8,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/../lib/ktap.sh"
 KO=${METAROCE_KO:-$HERE/../../rdma_metaroce.ko}
 DBG=/sys/kernel/debug/kunit
-SUITES="rdma_metaroce_device rdma_metaroce_proto rdma_metaroce_cq rdma_metaroce_ffi_abi rdma_metaroce_qp rdma_metaroce_ids rdma_metaroce_srq rdma_metaroce_net rdma_metaroce_mr rdma_metaroce_engine ${METAROCE_KUNIT_EXTRA:-}"
+SUITES="rdma_metaroce_device rdma_metaroce_proto rdma_metaroce_cq rdma_metaroce_ffi_abi rdma_metaroce_qp rdma_metaroce_ids rdma_metaroce_srq rdma_metaroce_net rdma_metaroce_mr rdma_metaroce_engine rdma_metaroce_spread ${METAROCE_KUNIT_EXTRA:-}"
 
 ktap_header
 rmmod rdma_metaroce 2>/dev/null
