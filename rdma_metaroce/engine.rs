@@ -725,11 +725,16 @@ impl Engine {
         }
     }
 
+    /// The connection, while the QP is connected (RTR and after, until a reset).
+    fn connection(&mut self) -> Option<&mut Connection> {
+        self.conn.as_deref_mut().filter(|_| self.connected)
+    }
+
     /// ERR: all outstanding work completes with a flush error.
     pub(crate) fn to_error(&mut self) {
         self.errored = true;
         self.can_send = false;
-        if let Some(c) = self.conn.as_mut().filter(|_| self.connected) {
+        if let Some(c) = self.connection() {
             c.set_error();
         }
     }
@@ -741,25 +746,13 @@ impl Engine {
     pub(crate) fn close(&mut self) -> bool {
         self.errored = true;
         self.can_send = false;
-        match self.conn.as_mut().filter(|_| self.connected) {
-            Some(c) => {
-                c.close();
-                true
-            }
-            None => false,
-        }
+        self.connection().map(|c| c.close()).is_some()
     }
 
     /// Spec: MR-6.3.5 — asks the peer to move path `path` (its numbering) on that
     /// path's next ACK; false if the QP has no connection.
     pub(crate) fn ask_to_move(&mut self, path: usize) -> bool {
-        match self.conn.as_mut().filter(|_| self.connected) {
-            Some(c) => {
-                c.ask_to_move(path);
-                true
-            }
-            None => false,
-        }
+        self.connection().map(|c| c.ask_to_move(path)).is_some()
     }
 
     /// RESET: everything posted is forgotten (verbs: no completions).

@@ -33,10 +33,11 @@ impl RxSpread {
         Self { path_cpu: [const { AtomicU16::new(UNSEEN) }; MAX_PATHS], packets: AtomicU32::new(0) }
     }
 
-    /// Notes a data packet of path `path` handled on CPU `cpu` of `cpus` that the
-    /// link spreads packets over; every [`CHECK_EVERY`] packets, returns the path
-    /// to ask the peer to move, if one CPU is crowded ([`crowded_path`]).
-    pub(crate) fn note(&self, path: usize, cpu: u32, cpus: u32) -> Option<usize> {
+    /// Notes a data packet of path `path` handled on CPU `cpu`; every
+    /// [`CHECK_EVERY`] packets, returns the path to ask the peer to move, if one
+    /// CPU is crowded ([`crowded_path`]) among the `cpus()` CPUs the link spreads
+    /// packets over (asked only then: 1 or less for a link that does not spread).
+    pub(crate) fn note(&self, path: usize, cpu: u32, cpus: impl FnOnce() -> u32) -> Option<usize> {
         self.path_cpu.get(path)?.store(cpu.min(u32::from(UNSEEN) - 1) as u16, Relaxed);
         let n = self.packets.fetch_add(1, Relaxed).wrapping_add(1);
         if n % CHECK_EVERY != 0 {
@@ -46,7 +47,7 @@ impl RxSpread {
         for (s, c) in seen.iter_mut().zip(&self.path_cpu) {
             *s = c.load(Relaxed);
         }
-        crowded_path(&seen, cpus)
+        crowded_path(&seen, cpus())
     }
 }
 
@@ -99,11 +100,20 @@ mod tests {
         for i in 0..2 * CHECK_EVERY {
             // Paths 0-7 round robin, 0-5 on CPU 0 and 6-7 on CPU 1.
             let p = (i % 8) as usize;
-            if s.note(p, u32::from(p >= 6), 2).is_some() {
+            if s.note(p, u32::from(p >= 6), || 2).is_some() {
                 asked += 1;
             }
         }
         assert_eq!(asked, 2);
-        assert_eq!(s.note(MAX_PATHS, 0, 2), None);
+        assert_eq!(s.note(MAX_PATHS, 0, || 2), None);
+        // The same crowding on a link that does not spread: nothing to ask.
+        let mut asked = 0;
+        for i in 0..CHECK_EVERY {
+            let p = (i % 8) as usize;
+            if s.note(p, u32::from(p >= 6), || 1).is_some() {
+                asked += 1;
+            }
+        }
+        assert_eq!(asked, 0);
     }
 }

@@ -506,6 +506,12 @@ impl Path {
             move_asked: false,
         }
     }
+
+    /// Spec: MR-6.3.4, MR-6.3.5 — a path is repathed for its congestion or at
+    /// its receiver's request at most once per 64 of its RTTs.
+    fn may_repath(&self, now: u64) -> bool {
+        self.last_repath == 0 || now.saturating_sub(self.last_repath) >= 64 * (self.srtt as u64).max(1)
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -2175,9 +2181,7 @@ impl Connection {
         let srtt = (path.srtt as u64).max(1);
         if path.hot_since == 0 {
             path.hot_since = now;
-        } else if now.saturating_sub(path.hot_since) >= 16 * srtt
-            && (path.last_repath == 0 || now.saturating_sub(path.last_repath) >= 64 * srtt)
-        {
+        } else if now.saturating_sub(path.hot_since) >= 16 * srtt && path.may_repath(now) {
             self.new_route(now, p);
             self.stats.congestion_repaths += 1;
         }
@@ -2201,10 +2205,7 @@ impl Connection {
         let Some(path) = self.paths[..self.cfg.num_paths as usize].get(q) else {
             return;
         };
-        let srtt = (path.srtt as u64).max(1);
-        if path.status == PathStatus::Active
-            && (path.last_repath == 0 || now.saturating_sub(path.last_repath) >= 64 * srtt)
-        {
+        if path.status == PathStatus::Active && path.may_repath(now) {
             self.new_route(now, q);
             self.stats.moved_paths += 1;
         }

@@ -1421,7 +1421,8 @@ pub(super) unsafe fn deliver(
 ) -> Result<(), *mut raw::sk_buff> {
     let Some(qp) = dev.data().qp_table.lookup(qpn) else { return Err(skb) };
     if let Some(path) = data_path {
-        // SAFETY: As below (a live QP); `skb` is ours and live.
+        // SAFETY: A live QP (the table invariant, as below); `skb` is ours and
+        // live; the UDP receive path is softirq.
         unsafe { note_spread(dev, qp, path, skb) };
     }
     // SAFETY: A live QP (table invariant; we are inside the RCU read section of the
@@ -1450,13 +1451,18 @@ pub(super) unsafe fn deliver(
 /// `qp` is a live QP of this driver and `skb` a live received datagram, in the
 /// receive softirq.
 unsafe fn note_spread(dev: &IbDev, qp: *mut raw::ib_qp, path: u8, skb: *mut raw::sk_buff) {
-    // SAFETY: Per the contract.
-    let (q, spreads) = unsafe { (qp_of(qp), raw::mrc_skb_rx_spread(skb)) };
-    if !spreads || q.ty != crate::qp::QpType::Rc {
+    // SAFETY: Per the contract the QP is alive.
+    let q = unsafe { qp_of(qp) };
+    if q.ty != crate::qp::QpType::Rc {
         return;
     }
     // SAFETY: No preconditions (softirq: the CPU cannot change under us).
-    let (cpu, cpus) = unsafe { (raw::mrc_rx_cpu(), raw::mrc_online_cpus()) };
+    let cpu = unsafe { raw::mrc_rx_cpu() };
+    // Whether the link spreads, and over how many CPUs, only matters every
+    // `CHECK_EVERY` packets: not asked per packet.
+    // SAFETY: Per the contract `skb` is live for the call; the CPU count has no
+    // preconditions.
+    let cpus = || unsafe { if raw::mrc_skb_rx_spread(skb) { raw::mrc_online_cpus() } else { 1 } };
     if let Some(p) = q.rx_spread.note(usize::from(path), cpu as u32, cpus) {
         if q.engine.lock().ask_to_move(p) {
             dev.data().counters.add(crate::net::Counter::MoveRequests, 1);
