@@ -8,7 +8,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/../lib/ktap.sh"
 KO=${METAROCE_KO:-$HERE/../../rdma_metaroce.ko}
 DBG=/sys/kernel/debug/kunit
-SUITES="rdma_metaroce_device rdma_metaroce_proto rdma_metaroce_cq rdma_metaroce_ffi_abi rdma_metaroce_qp rdma_metaroce_ids rdma_metaroce_srq rdma_metaroce_net rdma_metaroce_mr rdma_metaroce_engine rdma_metaroce_spread ${METAROCE_KUNIT_EXTRA:-}"
+SUITES="rdma_metaroce_device rdma_metaroce_proto rdma_metaroce_cq rdma_metaroce_ffi_abi rdma_metaroce_qp rdma_metaroce_ids rdma_metaroce_srq rdma_metaroce_net rdma_metaroce_mr rdma_metaroce_engine rdma_metaroce_spread rdma_metaroce_mcast ${METAROCE_KUNIT_EXTRA:-}"
 
 ktap_header
 rmmod rdma_metaroce 2>/dev/null
@@ -31,6 +31,15 @@ for suite in $SUITES; do
         if [ "$status" = ok ]; then ktap_pass "kunit $suite.$name"; else ktap_fail "kunit $suite.$name"; fi
     done < <(grep -E '^    (ok|not ok) [0-9]+ ' "$res" | sed -E 's/^    not ok /not_ok /; s/^    ok /ok /')
     [ "$cases" -gt 0 ] || ktap_fail "kunit suite $suite has test cases"
+done
+# A suite the module runs but this list misses would never be reported: every
+# rdma_metaroce_* suite in debugfs must be listed above.
+for d in "$DBG"/rdma_metaroce_*; do
+    [ -d "$d" ] || continue
+    case " $SUITES " in
+        *" ${d##*/} "*) ;;
+        *) ktap_fail "kunit suite ${d##*/} is listed in selftests/kunit/run.sh" ;;
+    esac
 done
 rmmod rdma_metaroce
 ktap_finish
