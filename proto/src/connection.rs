@@ -539,7 +539,22 @@ struct MsgSlot {
     tail: [u8; TAIL_STASH],
 }
 
+/// Where a message's bytes go: the part of its [`MsgSlot`] that [`place`] reads,
+/// small enough to pass in registers (a whole slot is 144 bytes, and every copy of
+/// it a `memcpy` call).
+#[derive(Clone, Copy)]
+struct PlaceTarget {
+    op: u8,
+    rkey: u32,
+    va: u64,
+    recv_wr: u64,
+}
+
 impl MsgSlot {
+    fn target(&self) -> PlaceTarget {
+        PlaceTarget { op: self.op, rkey: self.rkey, va: self.va, recv_wr: self.recv_wr }
+    }
+
     const EMPTY: MsgSlot = MsgSlot {
         active: false,
         complete: false,
@@ -1272,7 +1287,7 @@ impl Connection {
         let (limit, echo_ok) = match pkt.body {
             // An ACK names one of our own send paths, and so does its echo
             // path (MR-3.5.1): the echo fields describe one of our paths.
-            Body::Ack(a) => (self.cfg.num_paths, a.echo_path < self.cfg.num_paths),
+            Body::Ack(ref a) => (self.cfg.num_paths, a.echo_path < self.cfg.num_paths),
             // So does an acknowledgement a data packet carries (MR-3.7.6).
             _ => (
                 self.cfg.peer_num_paths,
@@ -1288,8 +1303,11 @@ impl Connection {
         }
         self.stats.rx_packets += 1;
         let t = now.as_nanos();
+        // The ACK is borrowed, not bound by value: an `AckRepr` is large enough
+        // that each copy is a `memcpy` call, which the emulated CPUs of the test
+        // VMs run a byte at a time.
         match pkt.body {
-            Body::Ack(a) => self.on_ack(t, p, &a, mem),
+            Body::Ack(ref a) => self.on_ack(t, p, a, mem),
             Body::Probe if bytes.len() >= PROBE_LEN => {
                 // Spec: MR-6.4.2 — answer a probe at once on its path.
                 let path = &mut self.paths[p];
@@ -1301,8 +1319,8 @@ impl Connection {
             Body::Request { .. } | Body::Response { .. } => {
                 // Spec: MR-3.7.6 — the carried acknowledgement first, as if it
                 // had arrived alone just before the packet.
-                if let Some(a) = pkt.ack {
-                    self.on_ack(t, a.echo_path as usize, &a, mem);
+                if let Some(ref a) = pkt.ack {
+                    self.on_ack(t, a.echo_path as usize, a, mem);
                     if self.state == QpState::Error {
                         return;
                     }
@@ -1607,8 +1625,7 @@ impl Connection {
                 0
             };
             let split = payload.len() - t;
-            let s = self.msgs[idx];
-            let r = place(mem, &s, req.offset, payload, split);
+            let r = place(mem, self.msgs[idx].target(), req.offset, payload, split);
             let s = &mut self.msgs[idx];
             match r {
                 Ok(()) => {
@@ -1644,17 +1661,20 @@ impl Connection {
     fn deliver<M: Memory>(&mut self, now: u64, p: usize, mem: &mut M) {
         while self.state == QpState::Rts {
             let idx = (self.msg_cum % MSG_WINDOW) as usize;
-            let s = self.msgs[idx];
+            // Read in place: a copy of the 144-byte slot is a `memcpy` call (see
+            // `handle_scattered`), paid by every message.
+            let s = &self.msgs[idx];
             if !s.active || !s.complete || s.msn != self.msg_cum {
                 return;
             }
             // Spec: MR-10.1.3 — delivery (the tail, a completion, a READ or
             // atomic, an invalidation) waits for every earlier copy.
+            let op = Opcode::from_u8(s.op).unwrap_or(Opcode::Send);
             if !mem.placed() {
                 self.delivery_stalled = Maybe::some(p as u8);
                 return;
             }
-            let op = Opcode::from_u8(s.op).unwrap_or(Opcode::Send);
+            let s = &self.msgs[idx];
             let answered = op == Opcode::ReadReq || op.is_atomic();
             let mut err = Syndrome::from_u8(s.err).filter(|e| e.is_fatal());
             if err.is_none() && s.tail_len > 0 {
@@ -1663,7 +1683,7 @@ impl Connection {
                     // Spec: MR-4.4.6 — stored at the delivery turn, as one unit.
                     (Opcode::AtomicWrite, Ok(bytes)) => mem.atomic_write_remote(s.rkey, s.va, bytes),
                     (Opcode::AtomicWrite, Err(_)) => Err(MemError::Operation),
-                    _ => place(mem, &s, s.tail_off, tail.into(), tail.len()),
+                    _ => place(mem, s.target(), s.tail_off, tail.into(), tail.len()),
                 };
                 if r == Err(MemError::Fault) {
                     return self.delivery_faulted(p);
@@ -1672,6 +1692,7 @@ impl Connection {
                     err = Some(mem_syndrome(e));
                 }
             }
+            let s = &self.msgs[idx];
             if err.is_none() {
                 match op {
                     // Spec: MR-4.4.1 — READs and atomics execute at their delivery turn.
@@ -1736,19 +1757,22 @@ impl Connection {
                 self.stats.uc_dropped += 1;
                 err = None;
             }
+            let s = &self.msgs[idx];
+            let (msn, recv_wr) = (s.msn, s.recv_wr);
             if let Some(e) = err {
                 // Spec: MR-7.3.2 — fatal NAK at the message's turn, then error.
                 // Spec: MR-3.5.3 — NAK TSN names a packet of the message.
                 let tsn = if s.err != 0 { s.err_tsn } else { s.tsn };
+                let recv_len_err = s.recv_len_err;
                 self.nak = Maybe::some(PendingNak {
                     syndrome: e,
-                    msn: s.msn,
+                    msn,
                     tsn,
                     path: p as u8,
                 });
-                if s.recv_len_err {
+                if recv_len_err {
                     self.push_cq(Completion {
-                        wr_id: s.recv_wr,
+                        wr_id: recv_wr,
                         status: WcStatus::LocLenErr,
                         opcode: WcOpcode::Recv,
                         byte_len: 0,
@@ -1768,15 +1792,16 @@ impl Connection {
                     Opcode::WriteImm => (WcOpcode::RecvRdmaWithImm, Some(s.imm), None),
                     _ => (WcOpcode::Recv, None, None),
                 };
-                self.push_cq(Completion {
-                    wr_id: s.recv_wr,
+                let c = Completion {
+                    wr_id: recv_wr,
                     status: WcStatus::Success,
                     opcode,
                     byte_len: s.msg_len,
                     imm,
                     invalidated_rkey: inv,
                     solicited: s.solicited,
-                });
+                };
+                self.push_cq(c);
                 self.rq_head = self.rq_head.wrapping_add(1);
             }
             self.msgs[idx].active = false;
@@ -3448,7 +3473,7 @@ fn mem_syndrome(e: MemError) -> Syndrome {
 /// `off` (MR-4.2.1), one piece of the datagram at a time.
 fn place<R: Responder + LocalMemory>(
     mem: &mut R,
-    s: &MsgSlot,
+    s: PlaceTarget,
     off: u32,
     data: Payload<'_>,
     len: usize,
