@@ -539,22 +539,7 @@ struct MsgSlot {
     tail: [u8; TAIL_STASH],
 }
 
-/// Where a message's bytes go: the part of its [`MsgSlot`] that [`place`] reads,
-/// small enough to pass in registers (a whole slot is 144 bytes, and every copy of
-/// it a `memcpy` call).
-#[derive(Clone, Copy)]
-struct PlaceTarget {
-    op: u8,
-    rkey: u32,
-    va: u64,
-    recv_wr: u64,
-}
-
 impl MsgSlot {
-    fn target(&self) -> PlaceTarget {
-        PlaceTarget { op: self.op, rkey: self.rkey, va: self.va, recv_wr: self.recv_wr }
-    }
-
     const EMPTY: MsgSlot = MsgSlot {
         active: false,
         complete: false,
@@ -1625,7 +1610,7 @@ impl Connection {
                 0
             };
             let split = payload.len() - t;
-            let r = place(mem, self.msgs[idx].target(), req.offset, payload, split);
+            let r = place(mem, &self.msgs[idx], req.offset, payload, split);
             let s = &mut self.msgs[idx];
             match r {
                 Ok(()) => {
@@ -1669,12 +1654,11 @@ impl Connection {
             }
             // Spec: MR-10.1.3 — delivery (the tail, a completion, a READ or
             // atomic, an invalidation) waits for every earlier copy.
-            let op = Opcode::from_u8(s.op).unwrap_or(Opcode::Send);
             if !mem.placed() {
                 self.delivery_stalled = Maybe::some(p as u8);
                 return;
             }
-            let s = &self.msgs[idx];
+            let op = Opcode::from_u8(s.op).unwrap_or(Opcode::Send);
             let answered = op == Opcode::ReadReq || op.is_atomic();
             let mut err = Syndrome::from_u8(s.err).filter(|e| e.is_fatal());
             if err.is_none() && s.tail_len > 0 {
@@ -1683,7 +1667,7 @@ impl Connection {
                     // Spec: MR-4.4.6 — stored at the delivery turn, as one unit.
                     (Opcode::AtomicWrite, Ok(bytes)) => mem.atomic_write_remote(s.rkey, s.va, bytes),
                     (Opcode::AtomicWrite, Err(_)) => Err(MemError::Operation),
-                    _ => place(mem, s.target(), s.tail_off, tail.into(), tail.len()),
+                    _ => place(mem, s, s.tail_off, tail.into(), tail.len()),
                 };
                 if r == Err(MemError::Fault) {
                     return self.delivery_faulted(p);
@@ -1692,7 +1676,6 @@ impl Connection {
                     err = Some(mem_syndrome(e));
                 }
             }
-            let s = &self.msgs[idx];
             if err.is_none() {
                 match op {
                     // Spec: MR-4.4.1 — READs and atomics execute at their delivery turn.
@@ -1757,22 +1740,19 @@ impl Connection {
                 self.stats.uc_dropped += 1;
                 err = None;
             }
-            let s = &self.msgs[idx];
-            let (msn, recv_wr) = (s.msn, s.recv_wr);
             if let Some(e) = err {
                 // Spec: MR-7.3.2 — fatal NAK at the message's turn, then error.
                 // Spec: MR-3.5.3 — NAK TSN names a packet of the message.
                 let tsn = if s.err != 0 { s.err_tsn } else { s.tsn };
-                let recv_len_err = s.recv_len_err;
                 self.nak = Maybe::some(PendingNak {
                     syndrome: e,
-                    msn,
+                    msn: s.msn,
                     tsn,
                     path: p as u8,
                 });
-                if recv_len_err {
+                if s.recv_len_err {
                     self.push_cq(Completion {
-                        wr_id: recv_wr,
+                        wr_id: s.recv_wr,
                         status: WcStatus::LocLenErr,
                         opcode: WcOpcode::Recv,
                         byte_len: 0,
@@ -1792,16 +1772,15 @@ impl Connection {
                     Opcode::WriteImm => (WcOpcode::RecvRdmaWithImm, Some(s.imm), None),
                     _ => (WcOpcode::Recv, None, None),
                 };
-                let c = Completion {
-                    wr_id: recv_wr,
+                self.push_cq(Completion {
+                    wr_id: s.recv_wr,
                     status: WcStatus::Success,
                     opcode,
                     byte_len: s.msg_len,
                     imm,
                     invalidated_rkey: inv,
                     solicited: s.solicited,
-                };
-                self.push_cq(c);
+                });
                 self.rq_head = self.rq_head.wrapping_add(1);
             }
             self.msgs[idx].active = false;
@@ -3473,7 +3452,7 @@ fn mem_syndrome(e: MemError) -> Syndrome {
 /// `off` (MR-4.2.1), one piece of the datagram at a time.
 fn place<R: Responder + LocalMemory>(
     mem: &mut R,
-    s: PlaceTarget,
+    s: &MsgSlot,
     off: u32,
     data: Payload<'_>,
     len: usize,
