@@ -13,16 +13,30 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 . "$REPO/rdma-core-provider/env.sh" "$OUT/provider"
 export METAROCE_KO=$OUT/rdma_metaroce.ko
 export METAROCE_KVERBS_KO=$OUT/mrc_kverbs_test.ko
+# The time bound (tools/vm sets METAROCE_GUEST_END): the guest is stopped then, and
+# what it has not saved by then is lost, the kernel log included. So suites are cut
+# (run-tier.sh) in time for the kmemleak scan and the kernel log; before that, test
+# points stop starting (ktap.sh) in time for a point already running to end. Both
+# margins are several times what the debug kernel needs on a machine that emulates it
+# slowly: a debug point runs for up to VB_TIMEOUT (240 s).
+if [ -n "${METAROCE_GUEST_END:-}" ]; then
+    if [ "${METAROCE_FLAVOUR:-}" = debug ]; then save=300 finish=300; else save=120 finish=120; fi
+    export METAROCE_SUITES_END=$((METAROCE_GUEST_END - save))
+    export METAROCE_TESTS_END=$((METAROCE_SUITES_END - finish))
+    echo "guest: test points start until $(date -u -d "@$METAROCE_TESTS_END" +%H:%M:%S), suites are cut at $(date -u -d "@$METAROCE_SUITES_END" +%H:%M:%S), the guest is stopped at $(date -u -d "@$METAROCE_GUEST_END" +%H:%M:%S)" >> "$OUT/guest.log"
+fi
 # Everything the kernel logs from here on is judged against the tests (tools/splat-check).
 echo "metaroce-selftests: begin" > /dev/kmsg
 rc=0
 bash -c "$(cat "$OUT/.cmd")" >> "$OUT/guest.log" 2>&1 || rc=$?
 if [ -w /sys/kernel/debug/kmemleak ]; then
     # kmemleak only reports objects older than 5 s and unreferenced in two scans.
+    scan_start=$SECONDS
     sleep 6
     echo scan > /sys/kernel/debug/kmemleak
     echo scan > /sys/kernel/debug/kmemleak
     cat /sys/kernel/debug/kmemleak > "$OUT/kmemleak.txt"
+    echo "guest: kmemleak scan took $((SECONDS - scan_start)) s" >> "$OUT/guest.log"
 fi
 { dmesg; cat "$OUT/kmemleak.txt" 2>/dev/null; } > "$OUT/dmesg.txt"
 echo "$rc" > "$OUT/guest-rc"
