@@ -25,6 +25,11 @@ if [ -n "${METAROCE_GUEST_END:-}" ]; then
     export METAROCE_TESTS_END=$((METAROCE_SUITES_END - finish))
     echo "guest: test points start until $(date -u -d "@$METAROCE_TESTS_END" +%H:%M:%S), suites are cut at $(date -u -d "@$METAROCE_SUITES_END" +%H:%M:%S), the guest is stopped at $(date -u -d "@$METAROCE_GUEST_END" +%H:%M:%S)" >> "$OUT/guest.log"
 fi
+# udev is not needed by the tests (device nodes come from devtmpfs) and in the debug
+# guest it is still replaying the boot's coldplug when they start: virtme-init's
+# settle gave up after 300 s, and at 830 s of uptime udevd was still running on a
+# vCPU at about 10 s per event (2026-12-05, out/vm-debug-20261205-163728). Stop it.
+udevadm control --exit 2>/dev/null || true
 # Everything the kernel logs from here on is judged against the tests (tools/splat-check).
 echo "metaroce-selftests: begin" > /dev/kmsg
 rc=0
