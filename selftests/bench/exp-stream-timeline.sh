@@ -12,9 +12,14 @@
 mk_hosts
 ip netns exec hostA ip link set veth0 mtu 65535; ip netns exec hostB ip link set veth1 mtu 65535
 hosts_rps 3
-ip netns exec hostA tc qdisc add dev veth0 root netem ${TL_NETEM:-loss 0%}
-ip netns exec hostB tc qdisc add dev veth1 root netem ${TL_NETEM:-loss 0%}
+NETEM=${TL_NETEM:-loss 0%}
+ip netns exec hostA tc qdisc add dev veth0 root netem $NETEM
+ip netns exec hostB tc qdisc add dev veth1 root netem $NETEM
 KEYS='rx_bytes|tx_bytes|retransmits|path_timeouts|tail_probes|path_probes|rto_timeouts|sack_recovered|rx_duplicates|repaths|acks_sent'
+# counters DEV [PREFIX]: DEV's counters named in KEYS, as PREFIXname=value pairs.
+counters() {
+  rdma statistic show link $1/1 | tr -s ' \n' ' ' | grep -oE "\b($KEYS) [0-9]+" | sed "s/^/${2:-}/" | tr ' ' '=' | paste -sd' '
+}
 P=19300
 for round in $(seq ${TL_ROUNDS:-2}); do
   for tool in ${TL_TOOLS:-ib_read_bw ib_write_bw}; do
@@ -27,12 +32,10 @@ for round in $(seq ${TL_ROUNDS:-2}); do
     wait_for 20 vb_tcp_listening hostB $P
     ip netns exec hostA timeout 60 $tool -d mrcA -x $ga -p $P -F -s 65536 -q ${TL_QPS:-1} -D 8 198.18.0.2 > /tmp/c.log 2>&1 &
     c=$!
-    f=$OUTD/$tool-q${TL_QPS:-1}-$(echo "${TL_NETEM:-loss 0%}" | tr -c 'a-z0-9.\n' '_')-$round.tsv
+    f=$OUTD/$tool-q${TL_QPS:-1}-$(echo "$NETEM" | tr -c 'a-z0-9.\n' '_')-$round.tsv
     : > $f
     while kill -0 $c 2>/dev/null; do
-      line=$(rdma statistic show link mrcA/1 | tr -s ' \n' ' ' | grep -oE "\b($KEYS) [0-9]+" | tr ' ' '=' | paste -sd' ')
-      lineb=$(rdma statistic show link mrcB/1 | tr -s ' \n' ' ' | grep -oE "\b($KEYS) [0-9]+" | sed 's/^/B_/' | tr ' ' '=' | paste -sd' ')
-      echo "$(date +%s%N) $line $lineb" >> $f
+      echo "$(date +%s%N) $(counters mrcA) $(counters mrcB B_)" >> $f
       sleep 0.1
     done
     wait
