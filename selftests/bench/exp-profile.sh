@@ -7,7 +7,11 @@
 #       env PROF_KO=out/x.ko bash selftests/bench/exp-profile.sh
 # PROF_MTU="LINK:RC" (default 65535:32768), PROF_RPS=MASK (default 3), PROF_QPS=N
 # (default 1), PROF_NETEM="netem args" (default none: the bare link; the bench's
-# lossless baseline is "loss 0%"); reports land in the run's out/vm-*/prof/.
+# lossless baseline is "loss 0%"); PROF_RUN=S seconds of traffic (default 10),
+# sampled from PROF_DELAY_MS after the programs start (default 2500, past their
+# connection set-up) until PROF_SAMPLE seconds after (default 6.5; the larger). A
+# profile of idle CPUs means the set-up took longer than the delay: raise both.
+# Reports land in the run's out/vm-*/prof/.
 . "$(dirname "$0")/exp-env.sh" prof
 mk_hosts
 m=${PROF_MTU:-65535:32768}
@@ -29,21 +33,25 @@ KO=${PROF_KO:-$HERE/../rdma_metaroce.ko} mrc_insmod rc_mtu="${m#*:}" ${PROF_ARGS
 ip netns exec hostA rdma link add mrcA type metaroce netdev veth0
 ip netns exec hostB rdma link add mrcB type metaroce netdev veth1
 ga=$(vb_gid_index mrcA 198.18.0.1); gb=$(vb_gid_index mrcB 198.18.0.2)
-# Samples the steady stream only: perf (whose start-up takes seconds under TCG)
-# starts with the 10 s run and records 4 s after a 2.5 s delay, past QP set-up.
-# The first perf start reads the kernel's symbols (slow under TCG): warm it up so
-# that the first sample falls inside its stream too.
-perf record -e cpu-clock -o /tmp/warm.data -- true > /dev/null 2>&1
+# Samples the steady stream only. perf's own start-up takes seconds under TCG
+# (half a minute on a slow host), so the programs start once perf is running:
+# sample_start returns when perf has started its workload, which marks that with a
+# file; the delay and the sampled span count from there.
+sample_start() { # NAME
+  rm -f /tmp/perf-on
+  perf record -e cpu-clock -F 499 -a -g -D ${PROF_DELAY_MS:-2500} -o /tmp/$1.data -- \
+    sh -c "touch /tmp/perf-on; exec sleep ${PROF_SAMPLE:-6.5}" > /dev/null 2>&1 &
+  wait_for 300 test -e /tmp/perf-on
+}
 # perf may leave the module's addresses unresolved: keep its symbols to read them.
 grep '\[rdma_metaroce\]' /proc/kallsyms | sort > $OUTD/module-kallsyms.txt
-sample() { perf record -e cpu-clock -F 499 -a -g -D 2500 -o /tmp/$1.data -- sleep 6.5 > /dev/null 2>&1; }
 P=19100
 for tool in ${PROF_TOOLS:-ib_write_bw ib_read_bw}; do
   P=$((P+1))
-  ip netns exec hostB timeout 60 $tool -d mrcB -x $gb -p $P -F -s 65536 -q ${PROF_QPS:-1} -D 10 > /tmp/s.log 2>&1 &
+  sample_start $tool
+  ip netns exec hostB timeout $((${PROF_RUN:-10} + 50)) $tool -d mrcB -x $gb -p $P -F -s 65536 -q ${PROF_QPS:-1} -D ${PROF_RUN:-10} > /tmp/s.log 2>&1 &
   wait_for 20 vb_tcp_listening hostB $P
-  ip netns exec hostA timeout 60 $tool -d mrcA -x $ga -p $P -F -s 65536 -q ${PROF_QPS:-1} -D 10 198.18.0.2 > /tmp/c.log 2>&1 &
-  sample $tool
+  ip netns exec hostA timeout $((${PROF_RUN:-10} + 50)) $tool -d mrcA -x $ga -p $P -F -s 65536 -q ${PROF_QPS:-1} -D ${PROF_RUN:-10} 198.18.0.2 > /tmp/c.log 2>&1 &
   wait
   echo "=== $tool: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}')"
   report $tool
@@ -51,10 +59,10 @@ done
 rdma statistic show link mrcA/1 > $OUTD/counters-A.txt 2>&1
 rdma link del mrcA; rdma link del mrcB; rmmod rdma_metaroce
 P=$((P+1))
-ip netns exec hostB timeout 30 iperf3 -s -1 -p $P > /dev/null 2>&1 &
+sample_start tcp
+ip netns exec hostB timeout $((${PROF_RUN:-10} + 20)) iperf3 -s -1 -p $P > /dev/null 2>&1 &
 wait_for 20 vb_tcp_listening hostB $P
-ip netns exec hostA timeout 30 iperf3 -c 198.18.0.2 -p $P -t 10 -f m > /tmp/tcp.log &
-sample tcp
+ip netns exec hostA timeout $((${PROF_RUN:-10} + 20)) iperf3 -c 198.18.0.2 -p $P -t ${PROF_RUN:-10} -f m > /tmp/tcp.log &
 wait
 echo "=== tcp: $(awk '/receiver/ {print $7 " Mbit/s"}' /tmp/tcp.log)"
 report tcp
