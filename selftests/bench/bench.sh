@@ -395,11 +395,15 @@ part_link() {
         else
             WARMUP=1 rdma_run warmup "$tr" "$da" "$db" write_bw_q1 clean 0
         fi
-        for cond in $CONDS; do
-            set_cond "$cond" || { progress "unknown condition $cond"; continue; }
-            for case in $CASES; do
-                link_rps "$case"
-                for rep in $(seq "$REPEATS"); do
+        # Round by round: run 1 of every cell, then run 2... A cell's runs are
+        # spread over the transport's whole turn rather than made back to back, so
+        # a guest (or host) that slows down as the turn goes on costs every condition
+        # alike, and a loss cell's ratio to the lossless one measures the loss.
+        for rep in $(seq "$REPEATS"); do
+            for cond in $CONDS; do
+                set_cond "$cond" || { progress "unknown condition $cond"; continue; }
+                for case in $CASES; do
+                    link_rps "$case"
                     progress "$tr: $case, $cond, run $rep/$REPEATS"
                     if [ "$tr" = tcp ]; then
                         tcp_run link "$case" "$cond" "$rep"
@@ -482,10 +486,11 @@ part_mp() {
                 CASES=$mpcases unavailable mp "$tr" "healthy degraded"; dev_down "$tr"; continue
             fi
         fi
-        for st in healthy degraded; do
-            mp_state "$st"
-            for case in $mpcases; do
-                for rep in $(seq "$REPEATS"); do
+        # Round by round, as in part 1: healthy and degraded alternate.
+        for rep in $(seq "$REPEATS"); do
+            for st in healthy degraded; do
+                mp_state "$st"
+                for case in $mpcases; do
                     progress "multipath $tr: $case, $st, run $rep/$REPEATS"
                     before=$(mp_counts)
                     if [ "$tr" = tcp ]; then
