@@ -45,13 +45,14 @@ sample_start() { # NAME
 }
 # perf may leave the module's addresses unresolved: keep its symbols to read them.
 grep '\[rdma_metaroce\]' /proc/kallsyms | sort > $OUTD/module-kallsyms.txt
+RUN=${PROF_RUN:-10}
 P=19100
 for tool in ${PROF_TOOLS:-ib_write_bw ib_read_bw}; do
   P=$((P+1))
   sample_start $tool
-  ip netns exec hostB timeout $((${PROF_RUN:-10} + 50)) $tool -d mrcB -x $gb -p $P -F -s 65536 -q ${PROF_QPS:-1} -D ${PROF_RUN:-10} > /tmp/s.log 2>&1 &
+  ip netns exec hostB timeout $((RUN + 50)) $tool -d mrcB -x $gb -p $P -F -s 65536 -q ${PROF_QPS:-1} -D $RUN > /tmp/s.log 2>&1 &
   wait_for 20 vb_tcp_listening hostB $P
-  ip netns exec hostA timeout $((${PROF_RUN:-10} + 50)) $tool -d mrcA -x $ga -p $P -F -s 65536 -q ${PROF_QPS:-1} -D ${PROF_RUN:-10} 198.18.0.2 > /tmp/c.log 2>&1 &
+  ip netns exec hostA timeout $((RUN + 50)) $tool -d mrcA -x $ga -p $P -F -s 65536 -q ${PROF_QPS:-1} -D $RUN 198.18.0.2 > /tmp/c.log 2>&1 &
   wait
   echo "=== $tool: $(grep -A1 '#bytes' /tmp/c.log | tail -1 | awk '{print $4 " MB/s"}')"
   report $tool
@@ -60,9 +61,9 @@ rdma statistic show link mrcA/1 > $OUTD/counters-A.txt 2>&1
 rdma link del mrcA; rdma link del mrcB; rmmod rdma_metaroce
 P=$((P+1))
 sample_start tcp
-ip netns exec hostB timeout $((${PROF_RUN:-10} + 20)) iperf3 -s -1 -p $P > /dev/null 2>&1 &
+ip netns exec hostB timeout $((RUN + 20)) iperf3 -s -1 -p $P > /dev/null 2>&1 &
 wait_for 20 vb_tcp_listening hostB $P
-ip netns exec hostA timeout $((${PROF_RUN:-10} + 20)) iperf3 -c 198.18.0.2 -p $P -t ${PROF_RUN:-10} -f m > /tmp/tcp.log &
+ip netns exec hostA timeout $((RUN + 20)) iperf3 -c 198.18.0.2 -p $P -t $RUN -f m > /tmp/tcp.log &
 wait
 echo "=== tcp: $(awk '/receiver/ {print $7 " Mbit/s"}' /tmp/tcp.log)"
 report tcp
