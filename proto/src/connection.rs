@@ -2164,18 +2164,22 @@ impl Connection {
             .filter(|(q, x)| *q != p && x.status == PathStatus::Active)
             .fold((0u64, 0u64), |(s, c), (_, x)| (s + x.cc.cwnd as u64, c + 1));
         let mean_others = sum.checked_div(cnt).unwrap_or(0);
-        let me = self.paths[p];
+        // The three fields, not a copy of the whole path (a `memcpy` call,
+        // which the emulated CPUs of the test VMs run a byte at a time).
+        let (alpha, srtt, cwnd) = {
+            let me = &self.paths[p];
+            (me.cc.alpha, me.srtt, me.cc.cwnd)
+        };
         // A long route is not a congested one: the delay and window tests
         // must agree (RTT above the best path's by more than the target *and*
         // a window far below the others'), or ECN must be heavy.
-        let hot = me.cc.alpha > 32_768
-            || ((me.srtt as u64) > best + target && (me.cc.cwnd as u64) * 4 < mean_others);
+        let hot = alpha > 32_768 || ((srtt as u64) > best + target && (cwnd as u64) * 4 < mean_others);
         let others_ok = self.paths[..n].iter().enumerate().any(|(q, x)| {
             q != p
                 && x.status == PathStatus::Active
                 && x.has_rtt
                 && x.cc.alpha <= 16_384
-                && x.cc.cwnd >= me.cc.cwnd.saturating_mul(2)
+                && x.cc.cwnd >= cwnd.saturating_mul(2)
         });
         let path = &mut self.paths[p];
         if !(hot && others_ok) {
