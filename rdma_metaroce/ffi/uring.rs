@@ -416,16 +416,16 @@ impl UserQueues {
         unsafe { respond(udata, &resp) }
     }
 
-    /// Moves newly posted work requests into the engine (as many as it has room
-    /// for). A malformed entry completes with a local QP operation error and puts
-    /// the QP in error, as the process broke the ring protocol or posted something
-    /// the command path would have refused.
     /// The process posted entries not taken yet (or wrote a counter the pull
     /// will refuse). Most runs find none; asking costs two loads.
     pub(crate) fn has_posted(&self) -> bool {
         self.sq.load(PRODUCER) != self.sq_read || self.rq.as_ref().is_some_and(|rq| rq.load(PRODUCER) != self.rq_read)
     }
 
+    /// Moves newly posted work requests into the engine (as many as it has room
+    /// for). A malformed entry completes with a local QP operation error and puts
+    /// the QP in error, as the process broke the ring protocol or posted something
+    /// the command path would have refused.
     pub(crate) fn pull(&mut self, eng: &mut Engine, io: &mut impl Io) {
         self.pull_sends(eng, io);
         self.pull_recvs(eng, io);
