@@ -9,7 +9,8 @@ Each cell is the median over its repeated runs; "(k/n)" marks a cell where only 
 of n runs produced a figure. Ratios are plain value ratios (A/B): for bandwidth
 higher is better, for latency lower is better. A ratio needs both cells measured.
 The issue #5 targets are checked on the medians and printed as pass/miss; a target
-whose inputs are missing reads "n/a"."""
+whose inputs are missing reads "n/a", and one that rests on a cell with failed runs
+names that cell ("median of fewer runs: siw send_lat loss0 2/3 runs")."""
 import csv
 import json
 import os
@@ -231,36 +232,51 @@ def main():
     # --- targets ---
     tg = []
 
-    def target(name, value, threshold, better="ge"):
+    def target(name, value, threshold, better="ge", cells=()):
         if value is None or threshold is None:
             verdict = "n/a"
         else:
             verdict = "pass" if (value >= threshold if better == "ge" else value <= threshold) else "miss"
+        # A median over fewer runs than were made (a run failed) is weaker evidence: the
+        # verdict names the cells it rests on that lack runs, and JSON keeps them.
+        partial = []
+        for part, tr, case, cond in cells:
+            _, ok, n, _ = res.cell(part, tr, case, cond)
+            if 0 < ok < n:
+                partial.append("%s %s %s %d/%d runs" % (NAMES.get(tr, tr), case, cond, ok, n))
+        if partial and verdict != "n/a":
+            verdict += " (median of fewer runs: %s)" % "; ".join(partial)
         tg.append([name, fnum(value) or "-", ("%s %s" % (">=" if better == "ge" else "<=", fnum(threshold)))
                    if threshold is not None else "-", verdict])
         result["targets"].append({"target": name, "value": value, "threshold": threshold,
-                                  "compare": better, "result": verdict})
+                                  "compare": better, "result": verdict.split(" ")[0],
+                                  "partial_cells": partial})
 
     def v(tr, case, cond, field="value"):
         return res.value("link", tr, case, cond, field)
+
+    def lc(*trs_conds):  # (transport, case, cond)... -> the link cells a target rests on
+        return [("link",) + t for t in trs_conds]
     for case in [c for c in link["cases"] if c in BW_CASES]:
         target("MetaRoCE >= TCP, %s, 0%% (Mbit/s)" % CASE_NAMES[case], v("metaroce", case, "loss0"),
-               v("tcp", case, "loss0"))
+               v("tcp", case, "loss0"), cells=lc(("metaroce", case, "loss0"), ("tcp", case, "loss0")))
     for cond, share in (("loss1", 0.9), ("loss5", 0.6)):
         for case in [c for c in link["cases"] if c in BW_CASES]:
             own = v("metaroce", case, "loss0")
             target("MetaRoCE at %s >= %d%% of own 0%%, %s" % (cond_label(cond), share * 100, CASE_NAMES[case]),
-                   v("metaroce", case, cond), own * share if own is not None else None)
+                   v("metaroce", case, cond), own * share if own is not None else None,
+                   cells=lc(("metaroce", case, cond), ("metaroce", case, "loss0")))
     if "send_lat" in link["cases"]:
         target("MetaRoCE latency median <= siw, 0% (us)", v("metaroce", "send_lat", "loss0"),
-               v("siw", "send_lat", "loss0"), "le")
+               v("siw", "send_lat", "loss0"), "le", lc(("metaroce", "send_lat", "loss0"), ("siw", "send_lat", "loss0")))
         target("MetaRoCE latency p99 <= siw, 0% (us)", v("metaroce", "send_lat", "loss0", "p99"),
-               v("siw", "send_lat", "loss0", "p99"), "le")
+               v("siw", "send_lat", "loss0", "p99"), "le", lc(("metaroce", "send_lat", "loss0"), ("siw", "send_lat", "loss0")))
     for case in mp["cases"]:
         h = res.value("mp", "metaroce", case, "healthy")
         target("MetaRoCE, 1 of %s paths degraded >= 75%% of healthy, %s"
                % (params.get("mp_paths", "?"), CASE_NAMES.get(case, case)),
-               res.value("mp", "metaroce", case, "degraded"), h * 0.75 if h is not None else None)
+               res.value("mp", "metaroce", case, "degraded"), h * 0.75 if h is not None else None,
+               cells=[("mp", "metaroce", case, "degraded"), ("mp", "metaroce", case, "healthy")])
     if tg:
         out += ["Issue #5 targets (on the medians above):", ""] + \
             fmt_table(["target", "MetaRoCE", "threshold", "result"], tg) + [""]
