@@ -741,6 +741,12 @@ pub struct Connection {
     snd_nxt: u32,
     lost: Bits256,
     paths: [Path; MAX_PATHS],
+    /// Bit `q` is set while path `q` may want an acknowledgement sent
+    /// (`ack_now`, `probe_reply` or `ack_due`): the scans that run on every
+    /// transmission poll and timer query look only at those paths. Set with
+    /// the flags; a bit whose path wants nothing is cleared by the next
+    /// transmission poll (a set bit over clear flags costs one look).
+    ack_wanted: u8,
     rr: u8,
     peer_credit: u32,
     last_ack: u64,
@@ -855,6 +861,7 @@ impl Connection {
             snd_nxt: cfg.initial_tsn,
             lost: Bits256::new(),
             paths,
+            ack_wanted: 0,
             rr: 0,
             peer_credit: u32::MAX,
             last_ack: 0,
@@ -915,6 +922,7 @@ impl Connection {
         self.snd_una = cfg.initial_tsn;
         self.snd_nxt = cfg.initial_tsn;
         self.lost = Bits256::new();
+        self.ack_wanted = 0;
         self.rr = 0;
         self.peer_credit = u32::MAX;
         self.last_ack = 0;
@@ -1083,6 +1091,9 @@ impl Connection {
             }
             if q >= self.cfg.num_paths as usize && (path.inflight != 0 || path.head != NIL) {
                 return Err("unused path carries packets");
+            }
+            if (path.ack_now || path.probe_reply || path.ack_due != 0) && self.ack_wanted & (1 << q) == 0 {
+                return Err("a path wants an acknowledgement its summary bit does not show");
             }
             listed += steps;
             listed_bytes += bytes;
@@ -1260,12 +1271,12 @@ impl Connection {
     ) {
         // Spec: MR-3.1.5, MR-9.4.2 — invalid input is counted and dropped
         // without any response.
-        let pkt = match PacketRepr::parse_scattered(bytes, more) {
-            Ok(p) => p,
-            Err(_) => {
-                self.stats.rx_invalid += 1;
-                return;
-            }
+        // Borrowed from the parse's result, not moved out of it: a `PacketRepr`
+        // is 184 bytes, and a copy of that size is a `memcpy` call in the module.
+        let parsed = PacketRepr::parse_scattered(bytes, more);
+        let Ok(pkt) = &parsed else {
+            self.stats.rx_invalid += 1;
+            return;
         };
         let p = pkt.base.path_id as usize;
         // Spec: MR-9.3.1 — QPN and path checks before any state change.
@@ -1299,6 +1310,7 @@ impl Connection {
                 path.rx_port = src_port;
                 path.probe_reply = true;
                 path.probe_ts = pkt.base.timestamp;
+                self.ack_wanted |= 1 << p;
             }
             Body::Probe | Body::Datagram { .. } => self.stats.rx_invalid += 1,
             Body::Request { .. } | Body::Response { .. } => {
@@ -1432,6 +1444,9 @@ impl Connection {
     /// RNR, or recognised as a duplicate: ECN count, highest PSN with its
     /// timestamp, and the immediate-ACK triggers of MR-5.4.1.
     fn note_arrival(&mut self, now: u64, p: usize, src_port: u16, ce: bool, base: &BaseRepr) {
+        // What arrived is acknowledged on its path (now, or by `ack_due`, which
+        // the caller sets for an accepted packet).
+        self.ack_wanted |= 1 << p;
         let path = &mut self.paths[p];
         path.rx_port = src_port;
         path.rx_cnt = path.rx_cnt.saturating_add(1);
@@ -1468,6 +1483,7 @@ impl Connection {
     /// by then and can carry it.
     fn ack_promptly(&mut self, now: u64, p: usize) {
         let soon = self.sending_soon(now);
+        self.ack_wanted |= 1 << (p % MAX_PATHS);
         let path = &mut self.paths[p % MAX_PATHS];
         if soon {
             let by = now.saturating_add(self.cfg.reply_wait.as_nanos()).max(1);
@@ -2125,6 +2141,7 @@ impl Connection {
                     // that the responder stops resending what was received.
                     self.stats.rx_stale_naks += 1;
                     self.paths[p % MAX_PATHS].ack_now = true;
+                    self.ack_wanted |= 1 << (p % MAX_PATHS);
                     self.deliver(now, p, mem);
                     return;
                 }
@@ -2666,7 +2683,10 @@ impl Connection {
         }
         let mut t = u64::MAX;
         let sel = self.cfg.recovery == Recovery::Selective;
-        for p in self.paths.iter() {
+        let mut wanted = self.ack_wanted;
+        while wanted != 0 {
+            let p = &self.paths[wanted.trailing_zeros() as usize];
+            wanted &= wanted - 1;
             if p.ack_due != 0 {
                 t = t.min(p.ack_due);
             }
@@ -2728,8 +2748,8 @@ impl Connection {
             self.last_progress = now;
         }
         let sel = self.cfg.recovery == Recovery::Selective;
-        for p in self.paths.iter_mut() {
-            if p.ack_due != 0 && now >= p.ack_due {
+        for (q, p) in self.paths.iter_mut().enumerate() {
+            if self.ack_wanted & (1 << q) != 0 && p.ack_due != 0 && now >= p.ack_due {
                 p.ack_now = true;
             }
         }
@@ -2910,10 +2930,17 @@ impl Connection {
             let q = self.last_word.take()?;
             return self.emit_ack(t, q as usize, None, buf);
         }
-        for q in 0..MAX_PATHS {
+        // Lowest path first, as a scan of every path would find them.
+        let mut wanted = self.ack_wanted;
+        while wanted != 0 {
+            let q = wanted.trailing_zeros() as usize;
+            wanted &= wanted - 1;
             let p = &self.paths[q];
             if p.ack_now || p.probe_reply || (p.ack_due != 0 && t >= p.ack_due) {
                 return self.emit_ack(t, q, None, buf);
+            }
+            if p.ack_due == 0 {
+                self.ack_wanted &= !(1 << q);
             }
         }
         for q in 0..self.cfg.num_paths as usize {
@@ -2948,7 +2975,8 @@ impl Connection {
         }
         // Spec: MR-5.4.2 — lost packets go first, oldest TSN first (it holds
         // back the window and message completion); O(4 words).
-        while let Some(j) = self.lost.rotate_down(self.snd_una % WINDOW).ones().next() {
+        while !self.lost.is_empty() {
+            let Some(j) = self.lost.rotate_down(self.snd_una % WINDOW).ones().next() else { break };
             let k = self.snd_una.wrapping_add(j);
             let i = (k % WINDOW) as usize;
             if self.pkts[i].state != S_LOST || !seq_lt(k, self.snd_nxt) {
@@ -3402,9 +3430,16 @@ impl Connection {
     /// Spec: MR-5.4.6 — a path whose acknowledgement is pending and may ride
     /// on a data packet (not a probe answer: that goes alone, on its path).
     fn piggyback_path(&self) -> Option<usize> {
-        self.paths
-            .iter()
-            .position(|p| (p.ack_now || p.ack_due != 0) && !p.probe_reply)
+        let mut wanted = self.ack_wanted;
+        while wanted != 0 {
+            let q = wanted.trailing_zeros() as usize;
+            wanted &= wanted - 1;
+            let p = &self.paths[q];
+            if (p.ack_now || p.ack_due != 0) && !p.probe_reply {
+                return Some(q);
+            }
+        }
+        None
     }
 
     /// Emits an ACK (or NAK) for packets received on path `q` (MR-3.5.1):
