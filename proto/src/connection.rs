@@ -507,6 +507,11 @@ impl Path {
         }
     }
 
+    /// The path has a deadline of its own (see `Connection::timed_paths`).
+    fn has_deadline(&self) -> bool {
+        self.head != NIL || self.probe_deadline != 0 || self.status == PathStatus::Failed
+    }
+
     /// Spec: MR-6.3.4, MR-6.3.5 — a path is repathed for its congestion or at
     /// its receiver's request at most once per 64 of its RTTs.
     fn may_repath(&self, now: u64) -> bool {
@@ -747,6 +752,10 @@ pub struct Connection {
     /// the flags; a bit whose path wants nothing is cleared by the next
     /// transmission poll (a set bit over clear flags costs one look).
     ack_wanted: u8,
+    /// Bit `q` is set exactly while path `q` has a deadline of its own for
+    /// [`Self::poll_timeout`]: packets in flight, a probe awaiting its answer,
+    /// or a failed path's next probe ([`Self::refresh_timed`] keeps it).
+    timed_paths: u8,
     rr: u8,
     peer_credit: u32,
     last_ack: u64,
@@ -862,6 +871,7 @@ impl Connection {
             lost: Bits256::new(),
             paths,
             ack_wanted: 0,
+            timed_paths: 0,
             rr: 0,
             peer_credit: u32::MAX,
             last_ack: 0,
@@ -923,6 +933,7 @@ impl Connection {
         self.snd_nxt = cfg.initial_tsn;
         self.lost = Bits256::new();
         self.ack_wanted = 0;
+        self.timed_paths = 0;
         self.rr = 0;
         self.peer_credit = u32::MAX;
         self.last_ack = 0;
@@ -1094,6 +1105,9 @@ impl Connection {
             }
             if (path.ack_now || path.probe_reply || path.ack_due != 0) && self.ack_wanted & (1 << q) == 0 {
                 return Err("a path wants an acknowledgement its summary bit does not show");
+            }
+            if path.has_deadline() != (self.timed_paths & (1 << q) != 0) {
+                return Err("a path's deadline summary bit is stale");
             }
             listed += steps;
             listed_bytes += bytes;
@@ -2014,6 +2028,7 @@ impl Connection {
                 path.acked_psn = a.echo_psn;
                 path.has_acked_psn = true;
             }
+            self.refresh_timed(e);
         }
         // Cumulative and selective acknowledgement (MR-5.2.3).
         let mut progress = false;
@@ -2441,6 +2456,7 @@ impl Connection {
         let q = (k.path as usize) % MAX_PATHS;
         if k.prev == NIL {
             self.paths[q].head = k.next;
+            self.refresh_timed(q);
         } else {
             self.pkts[k.prev as usize].next = k.next;
         }
@@ -2453,6 +2469,16 @@ impl Connection {
         self.pkts[i].next = NIL;
     }
 
+    /// Brings path `q`'s bit of `timed_paths` up to date.
+    fn refresh_timed(&mut self, q: usize) {
+        let q = q % MAX_PATHS;
+        if self.paths[q].has_deadline() {
+            self.timed_paths |= 1 << q;
+        } else {
+            self.timed_paths &= !(1 << q);
+        }
+    }
+
     fn link(&mut self, t: u32, q: usize) {
         let i = (t % WINDOW) as u16;
         let tail = self.paths[q].tail;
@@ -2460,6 +2486,7 @@ impl Connection {
         self.pkts[i as usize].next = NIL;
         if tail == NIL {
             self.paths[q].head = i;
+            self.timed_paths |= 1 << q;
         } else {
             self.pkts[tail as usize].next = i;
         }
@@ -2564,6 +2591,9 @@ impl Connection {
             path.ack_now = false;
             path.ack_due = 0;
             path.probe_reply = false;
+        }
+        for q in 0..MAX_PATHS {
+            self.refresh_timed(q);
         }
     }
 
@@ -2691,7 +2721,13 @@ impl Connection {
                 t = t.min(p.ack_due);
             }
         }
-        for q in 0..self.cfg.num_paths as usize {
+        let mut timed = self.timed_paths;
+        while timed != 0 {
+            let q = timed.trailing_zeros() as usize;
+            timed &= timed - 1;
+            if q >= self.cfg.num_paths as usize {
+                break;
+            }
             let p = &self.paths[q];
             if p.probe_deadline != 0 {
                 t = t.min(p.probe_deadline);
@@ -2787,6 +2823,7 @@ impl Connection {
             {
                 p.probe_pending = true;
             }
+            self.refresh_timed(q);
         }
         if self.report_deadline().is_some_and(|d| now >= d) {
             self.ask_for_report(now);
@@ -2832,6 +2869,7 @@ impl Connection {
             p.status = PathStatus::Suspect;
         }
         p.probe_pending = true;
+        self.refresh_timed(q);
     }
 
     /// Spec: MR-5.5.3 — nothing acknowledged on any path for an RTO.
@@ -3319,6 +3357,7 @@ impl Connection {
         let p = &mut self.paths[q];
         p.probe_pending = false;
         p.probe_deadline = deadline;
+        self.refresh_timed(q);
         let repr = PacketRepr {
             base: self.base(Opcode::Probe, Flags(0), q, 0, 0, now),
             body: Body::Probe,
