@@ -2058,9 +2058,12 @@ impl Connection {
         if progress {
             self.note_progress(now);
         }
-        // Per-path loss detection (MR-5.3.2, MR-5.3.3).
+        // Per-path loss detection (MR-5.3.2, MR-5.3.3), on the paths with
+        // packets in flight (the others have nothing to declare lost).
         for q in 0..self.cfg.num_paths as usize {
-            self.detect_losses(now, q);
+            if self.paths[q].head != NIL {
+                self.detect_losses(now, q);
+            }
         }
         // Congestion control (MR-8.2.1), per path.
         let total: u32 = self.paths[..self.cfg.num_paths as usize]
@@ -2181,21 +2184,6 @@ impl Connection {
     fn score_and_repath(&mut self, now: u64, p: usize) {
         let n = self.cfg.num_paths as usize;
         let target = self.cfg.cc.target_qdelay_ns as u64;
-        let best = self.paths[..n]
-            .iter()
-            .filter(|x| x.status == PathStatus::Active && x.has_rtt)
-            .map(|x| x.base_rtt.get() as u64)
-            .min()
-            .unwrap_or(0)
-            .max(1);
-        // Mean window of the other active paths: a path whose window is far
-        // below it sits on a congested route (its delay/ECN history).
-        let (sum, cnt) = self.paths[..n]
-            .iter()
-            .enumerate()
-            .filter(|(q, x)| *q != p && x.status == PathStatus::Active)
-            .fold((0u64, 0u64), |(s, c), (_, x)| (s + x.cc.cwnd as u64, c + 1));
-        let mean_others = sum.checked_div(cnt).unwrap_or(0);
         // The three fields, not a copy of the whole path (a `memcpy` call,
         // which the emulated CPUs of the test VMs run a byte at a time).
         let (alpha, srtt, cwnd) = {
@@ -2204,9 +2192,30 @@ impl Connection {
         };
         // A long route is not a congested one: the delay and window tests
         // must agree (RTT above the best path's by more than the target *and*
-        // a window far below the others'), or ECN must be heavy.
-        let hot = alpha > 32_768 || ((srtt as u64) > best + target && (cwnd as u64) * 4 < mean_others);
-        let others_ok = self.paths[..n].iter().enumerate().any(|(q, x)| {
+        // a window far below the others'), or ECN must be heavy. Each scan
+        // of the paths is made only when the tests before it leave the answer
+        // open (on every ACK of a healthy path, the first says no).
+        let hot = alpha > 32_768 || {
+            let best = self.paths[..n]
+                .iter()
+                .filter(|x| x.status == PathStatus::Active && x.has_rtt)
+                .map(|x| x.base_rtt.get() as u64)
+                .min()
+                .unwrap_or(0)
+                .max(1);
+            (srtt as u64) > best + target && {
+                // Mean window of the other active paths: a path whose window is
+                // far below it sits on a congested route (its delay/ECN history).
+                let (sum, cnt) = self.paths[..n]
+                    .iter()
+                    .enumerate()
+                    .filter(|(q, x)| *q != p && x.status == PathStatus::Active)
+                    .fold((0u64, 0u64), |(s, c), (_, x)| (s + x.cc.cwnd as u64, c + 1));
+                let mean_others = sum.checked_div(cnt).unwrap_or(0);
+                (cwnd as u64) * 4 < mean_others
+            }
+        };
+        let others_ok = hot && self.paths[..n].iter().enumerate().any(|(q, x)| {
             q != p
                 && x.status == PathStatus::Active
                 && x.has_rtt
