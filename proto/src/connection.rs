@@ -2698,14 +2698,22 @@ impl Connection {
 
     /// Spec: MR-5.5.3.
     fn conn_rto(&self) -> u64 {
-        let srtt = self.max_srtt();
-        let base = (3 * srtt).max(self.cfg.min_rto.as_nanos());
+        self.conn_rto_at(self.max_srtt())
+    }
+
+    /// [`Self::conn_rto`] given the connection's largest srtt (one scan of the
+    /// paths serves both this and the tail-loss probe's timeout).
+    fn conn_rto_at(&self, max_srtt: u64) -> u64 {
+        let base = (3 * max_srtt).max(self.cfg.min_rto.as_nanos());
         (base << self.rto_backoff.min(16)).min(self.cfg.max_rto.as_nanos())
     }
 
     fn tlp_timeout(&self) -> u64 {
-        let srtt = self.max_srtt();
-        2 * srtt + self.cfg.ack_delay.as_nanos()
+        self.tlp_timeout_at(self.max_srtt())
+    }
+
+    fn tlp_timeout_at(&self, max_srtt: u64) -> u64 {
+        2 * max_srtt + self.cfg.ack_delay.as_nanos()
     }
 
     /// Packets are sent and not yet acknowledged: an acknowledgement, or else a
@@ -2762,12 +2770,13 @@ impl Connection {
             t = t.min(d);
         }
         if self.in_flight() && self.rnr_until == 0 {
-            t = t.min(self.last_progress.saturating_add(self.conn_rto()));
+            let srtt = self.max_srtt();
+            t = t.min(self.last_progress.saturating_add(self.conn_rto_at(srtt)));
             if sel && !self.tlp_done {
                 t = t.min(
                     self.last_ack
                         .max(self.last_progress)
-                        .saturating_add(self.tlp_timeout()),
+                        .saturating_add(self.tlp_timeout_at(srtt)),
                 );
             }
         }
