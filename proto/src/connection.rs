@@ -804,6 +804,19 @@ pub struct Connection {
     cq_len: u32,
 }
 
+/// The paths whose bits are set in a per-path summary (`ack_wanted`,
+/// `timed_paths`), lowest first.
+fn paths_in(mask: u8) -> impl Iterator<Item = usize> {
+    let mut left = mask;
+    core::iter::from_fn(move || {
+        (left != 0).then(|| {
+            let q = left.trailing_zeros() as usize;
+            left &= left - 1;
+            q
+        })
+    })
+}
+
 fn seq_lt(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
 }
@@ -2730,18 +2743,13 @@ impl Connection {
         }
         let mut t = u64::MAX;
         let sel = self.cfg.recovery == Recovery::Selective;
-        let mut wanted = self.ack_wanted;
-        while wanted != 0 {
-            let p = &self.paths[wanted.trailing_zeros() as usize];
-            wanted &= wanted - 1;
+        for q in paths_in(self.ack_wanted) {
+            let p = &self.paths[q];
             if p.ack_due != 0 {
                 t = t.min(p.ack_due);
             }
         }
-        let mut timed = self.timed_paths;
-        while timed != 0 {
-            let q = timed.trailing_zeros() as usize;
-            timed &= timed - 1;
+        for q in paths_in(self.timed_paths) {
             if q >= self.cfg.num_paths as usize {
                 break;
             }
@@ -2987,10 +2995,7 @@ impl Connection {
             return self.emit_ack(t, q as usize, None, buf);
         }
         // Lowest path first, as a scan of every path would find them.
-        let mut wanted = self.ack_wanted;
-        while wanted != 0 {
-            let q = wanted.trailing_zeros() as usize;
-            wanted &= wanted - 1;
+        for q in paths_in(self.ack_wanted) {
             let p = &self.paths[q];
             if p.ack_now || p.probe_reply || (p.ack_due != 0 && t >= p.ack_due) {
                 return self.emit_ack(t, q, None, buf);
@@ -3487,16 +3492,10 @@ impl Connection {
     /// Spec: MR-5.4.6 — a path whose acknowledgement is pending and may ride
     /// on a data packet (not a probe answer: that goes alone, on its path).
     fn piggyback_path(&self) -> Option<usize> {
-        let mut wanted = self.ack_wanted;
-        while wanted != 0 {
-            let q = wanted.trailing_zeros() as usize;
-            wanted &= wanted - 1;
+        paths_in(self.ack_wanted).find(|&q| {
             let p = &self.paths[q];
-            if (p.ack_now || p.ack_due != 0) && !p.probe_reply {
-                return Some(q);
-            }
-        }
-        None
+            (p.ack_now || p.ack_due != 0) && !p.probe_reply
+        })
     }
 
     /// Emits an ACK (or NAK) for packets received on path `q` (MR-3.5.1):
