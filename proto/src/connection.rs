@@ -1299,7 +1299,7 @@ impl Connection {
         // Spec: MR-3.1.5, MR-9.4.2 — invalid input is counted and dropped
         // without any response.
         // Borrowed from the parse's result, not moved out of it: a `PacketRepr`
-        // is 184 bytes, and a copy of that size is a `memcpy` call in the module.
+        // is 184 bytes, and the move was a copy of them for every datagram.
         let parsed = PacketRepr::parse_scattered(bytes, more);
         let Ok(pkt) = &parsed else {
             self.stats.rx_invalid += 1;
