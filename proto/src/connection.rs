@@ -2810,8 +2810,9 @@ impl Connection {
             self.last_progress = now;
         }
         let sel = self.cfg.recovery == Recovery::Selective;
-        for (q, p) in self.paths.iter_mut().enumerate() {
-            if self.ack_wanted & (1 << q) != 0 && p.ack_due != 0 && now >= p.ack_due {
+        for q in paths_in(self.ack_wanted) {
+            let p = &mut self.paths[q];
+            if p.ack_due != 0 && now >= p.ack_due {
                 p.ack_now = true;
             }
         }
