@@ -232,7 +232,17 @@ def main():
     # --- targets ---
     tg = []
 
-    def target(name, value, threshold, better="ge", cells=()):
+    # The cells each target's value and threshold were read from (`cell_value`
+    # notes them; `target` takes and clears the list).
+    looked = []
+
+    def cell_value(part, tr, case, cond, field="value"):
+        looked.append((part, tr, case, cond))
+        return res.value(part, tr, case, cond, field)
+
+    def target(name, value, threshold, better="ge"):
+        cells = sorted(set(looked))
+        looked.clear()
         if value is None or threshold is None:
             verdict = "n/a"
         else:
@@ -253,30 +263,25 @@ def main():
                                   "partial_cells": partial})
 
     def v(tr, case, cond, field="value"):
-        return res.value("link", tr, case, cond, field)
-
-    def lc(*trs_conds):  # (transport, case, cond)... -> the link cells a target rests on
-        return [("link",) + t for t in trs_conds]
+        return cell_value("link", tr, case, cond, field)
     for case in [c for c in link["cases"] if c in BW_CASES]:
         target("MetaRoCE >= TCP, %s, 0%% (Mbit/s)" % CASE_NAMES[case], v("metaroce", case, "loss0"),
-               v("tcp", case, "loss0"), cells=lc(("metaroce", case, "loss0"), ("tcp", case, "loss0")))
+               v("tcp", case, "loss0"))
     for cond, share in (("loss1", 0.9), ("loss5", 0.6)):
         for case in [c for c in link["cases"] if c in BW_CASES]:
             own = v("metaroce", case, "loss0")
             target("MetaRoCE at %s >= %d%% of own 0%%, %s" % (cond_label(cond), share * 100, CASE_NAMES[case]),
-                   v("metaroce", case, cond), own * share if own is not None else None,
-                   cells=lc(("metaroce", case, cond), ("metaroce", case, "loss0")))
+                   v("metaroce", case, cond), own * share if own is not None else None)
     if "send_lat" in link["cases"]:
         target("MetaRoCE latency median <= siw, 0% (us)", v("metaroce", "send_lat", "loss0"),
-               v("siw", "send_lat", "loss0"), "le", lc(("metaroce", "send_lat", "loss0"), ("siw", "send_lat", "loss0")))
+               v("siw", "send_lat", "loss0"), "le")
         target("MetaRoCE latency p99 <= siw, 0% (us)", v("metaroce", "send_lat", "loss0", "p99"),
-               v("siw", "send_lat", "loss0", "p99"), "le", lc(("metaroce", "send_lat", "loss0"), ("siw", "send_lat", "loss0")))
+               v("siw", "send_lat", "loss0", "p99"), "le")
     for case in mp["cases"]:
-        h = res.value("mp", "metaroce", case, "healthy")
+        h = cell_value("mp", "metaroce", case, "healthy")
         target("MetaRoCE, 1 of %s paths degraded >= 75%% of healthy, %s"
                % (params.get("mp_paths", "?"), CASE_NAMES.get(case, case)),
-               res.value("mp", "metaroce", case, "degraded"), h * 0.75 if h is not None else None,
-               cells=[("mp", "metaroce", case, "degraded"), ("mp", "metaroce", case, "healthy")])
+               cell_value("mp", "metaroce", case, "degraded"), h * 0.75 if h is not None else None)
     if tg:
         out += ["Issue #5 targets (on the medians above):", ""] + \
             fmt_table(["target", "MetaRoCE", "threshold", "result"], tg) + [""]
