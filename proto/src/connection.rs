@@ -747,14 +747,16 @@ pub struct Connection {
     lost: Bits256,
     paths: [Path; MAX_PATHS],
     /// Bit `q` is set while path `q` may want an acknowledgement sent
-    /// (`ack_now`, `probe_reply` or `ack_due`): the scans that run on every
+    /// (`ack_now`, `probe_reply` or `ack_due`: the triggers of MR-5.4.1 and
+    /// MR-6.4.2, unchanged by this summary): the scans that run on every
     /// transmission poll and timer query look only at those paths. Set with
     /// the flags; a bit whose path wants nothing is cleared by the next
     /// transmission poll (a set bit over clear flags costs one look).
     ack_wanted: u8,
     /// Bit `q` is set exactly while path `q` has a deadline of its own for
-    /// [`Self::poll_timeout`]: packets in flight, a probe awaiting its answer,
-    /// or a failed path's next probe ([`Self::refresh_timed`] keeps it).
+    /// [`Self::poll_timeout`]: packets in flight (the path RTO of MR-5.5.2 and
+    /// the loss timer of MR-5.3.3), a probe awaiting its answer or a failed
+    /// path's next probe (MR-6.4.3); [`Self::refresh_timed`] keeps it.
     timed_paths: u8,
     rr: u8,
     peer_credit: u32,
