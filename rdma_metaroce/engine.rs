@@ -276,6 +276,9 @@ pub(crate) struct EngineCounters {
     /// Sent with the payload's pages attached ([`TxFrags`]).
     pub(crate) tx_zero_copy: u64,
     pub(crate) rx_ud_dropped: u64,
+    /// Datagrams routed here on their headers that did not parse (the
+    /// connection counts its own in its statistics).
+    pub(crate) rx_malformed: u64,
     pub(crate) access_errors: u64,
     /// Accesses that found on-demand memory not resident (spec MR-9.2.5).
     pub(crate) odp_faults: u64,
@@ -606,11 +609,19 @@ impl Engine {
             TxFailed: tx_failed,
             TxZeroCopy: tx_zero_copy,
             UdDropped: rx_ud_dropped,
+            RxMalformed: rx_malformed,
             AccessErrors: access_errors,
             OdpFaults: odp_faults,
         );
         let Some(conn) = self.conn.as_ref().filter(|_| self.connected) else { return };
         let (now, last) = (conn.stats(), &mut self.last_stats);
+        // The device counts the datagrams that do not parse as malformed, and
+        // `rx_invalid` for the well-formed ones a connection refused; the
+        // connection's `rx_invalid` has both.
+        let malformed = now.rx_malformed.wrapping_sub(last.rx_malformed);
+        to.add_nonzero(Counter::RxMalformed, malformed);
+        to.add_nonzero(Counter::RxInvalid, now.rx_invalid.wrapping_sub(last.rx_invalid).wrapping_sub(malformed));
+        (last.rx_malformed, last.rx_invalid) = (now.rx_malformed, now.rx_invalid);
         macro_rules! delta {
             ($($counter:ident: $field:ident),* $(,)?) => {
                 $(
@@ -629,7 +640,6 @@ impl Engine {
             SackRecovered: lost_detected,
             RnrNaks: rnr_naks,
             RxDuplicates: rx_dup,
-            RxInvalid: rx_invalid,
             EcnMarked: rx_ce,
             OutOfOrder: rx_out_of_order,
             AcksSent: tx_acks,
@@ -998,11 +1008,15 @@ impl Engine {
         let (src_port, ce, bytes) = (d.src_port, d.ce, d.bytes);
         match self.ty {
             QpType::Rc | QpType::Uc => {
-                if !self.connected {
+                let Engine { conn, q, accessor, access, counters, errored, fault, copies_out, connected, .. } = self;
+                let Some(conn) = conn.as_mut().filter(|_| *connected) else {
+                    // Spec: MR-3.1.5 — routed here on its headers alone; what
+                    // does not parse is counted as malformed wherever it ends.
+                    if proto::wire::PacketRepr::parse_scattered(bytes, d.more).is_err() {
+                        counters.rx_malformed += 1;
+                    }
                     return false;
-                }
-                let Engine { conn, q, accessor, access, counters, errored, fault, copies_out, .. } = self;
-                let Some(conn) = conn.as_mut() else { return false };
+                };
                 // Every posted receive is the connection's before a message needs it.
                 if !*errored {
                     feed_receives(q, conn);
@@ -1032,6 +1046,11 @@ impl Engine {
         let room = next.map(|s| s.len.saturating_sub(GRH_LEN as u32));
         let d = match ud::accept_datagram(bytes, self.qpn, self.qkey, room) {
             Ok(d) => d,
+            // Spec: MR-3.1.5 — routed here on its headers alone.
+            Err(ud::UdDrop::Wire(_)) => {
+                self.counters.rx_malformed += 1;
+                return false;
+            }
             Err(_) => {
                 self.counters.rx_ud_dropped += 1;
                 return false;

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! The receive side of a MetaRoCE device and its counters: every datagram that
-//! reaches the device's UDP port is parsed by the protocol core; malformed ones are
-//! dropped and counted (spec: malformed input is dropped without a response), and
-//! well-formed ones are handed to the work of their destination QP. The data
+//! reaches the device's UDP port is routed on its headers by the protocol core and
+//! parsed in full by the QP it goes to (or here, if none takes it); malformed ones
+//! are dropped and counted (spec: malformed input is dropped without a response),
+//! and well-formed ones are handled by their destination QP. The data
 //! path's own counters (transmit, loss recovery, access errors) are added here too.
 //!
 //! Runs in softirq context: no sleeping, no allocation.
@@ -172,8 +173,8 @@ impl Counters {
 }
 
 /// Counts a datagram of `bytes` UDP payload bytes addressed to `dev`'s MetaRoCE
-/// port, given the core's parse of it: the destination QP number of a well-formed
-/// packet, `None` (counted) for a malformed one.
+/// port, given where the core routes it: the destination QP number, `None`
+/// (counted as malformed) for a datagram whose headers do not route.
 pub(crate) fn receive(dev: &IbDev, bytes: usize, parsed: Result<u32, WireError>) -> Option<u32> {
     let c = &dev.data().counters;
     c.add(Counter::RxPackets, 1);
@@ -185,6 +186,12 @@ pub(crate) fn receive(dev: &IbDev, bytes: usize, parsed: Result<u32, WireError>)
         }
         Ok(qpn) => Some(qpn),
     }
+}
+
+/// A datagram whose headers routed it but which does not parse (counted where it
+/// ends: here when no QP takes it, else by the QP's engine).
+pub(crate) fn receive_malformed(dev: &IbDev) {
+    dev.data().counters.add(Counter::RxMalformed, 1);
 }
 
 /// A well-formed packet whose destination QP does not exist (or is not connected).

@@ -264,6 +264,10 @@ pub struct Stats {
     pub rx_packets: u64,
     /// Received packets dropped as malformed or misaddressed.
     pub rx_invalid: u64,
+    /// Of `rx_invalid`, those that did not parse (MR-3.1.5): a receiver that
+    /// routes datagrams on their headers alone ([`PacketRepr::route`])
+    /// counts its malformed ones from this.
+    pub rx_malformed: u64,
     /// Duplicate data packets received.
     pub rx_dup: u64,
     /// Losses declared by SACK/RACK.
@@ -1303,9 +1307,13 @@ impl Connection {
         // Borrowed from the parse's result, not moved out of it: a `PacketRepr`
         // is 184 bytes, and the move was a copy of them for every datagram.
         let parsed = PacketRepr::parse_scattered(bytes, more);
-        let Ok(pkt) = &parsed else {
-            self.stats.rx_invalid += 1;
-            return;
+        let pkt = match &parsed {
+            Ok(pkt) => pkt,
+            Err(_) => {
+                self.stats.rx_invalid += 1;
+                self.stats.rx_malformed += 1;
+                return;
+            }
         };
         let p = pkt.base.path_id as usize;
         // Spec: MR-9.3.1 — QPN and path checks before any state change.
@@ -3604,7 +3612,7 @@ mod size_tests {
             assert_eq!(core::mem::size_of::<MsgSlot>(), 144);
             assert_eq!(core::mem::size_of::<SqEntry>(), 80);
             assert_eq!(core::mem::size_of::<Path>(), 184);
-            assert_eq!(core::mem::size_of::<Connection>(), 28_168);
+            assert_eq!(core::mem::size_of::<Connection>(), 28_176);
         }
     }
 }

@@ -845,6 +845,7 @@ fn foreign_qpn_and_bad_path_are_ignored() {
     badpath[3] = 9; // path 9 >= num_paths
     t.b.handle_datagram(Instant(t.now), 1, false, &badpath, &mut t.mb);
     assert_eq!(t.b.stats().rx_invalid, 2);
+    assert_eq!(t.b.stats().rx_malformed, 0, "well formed, misaddressed");
     assert_eq!(t.mb.writes, 0);
 }
 
@@ -1718,6 +1719,7 @@ fn atomic_write_needs_eight_aligned_bytes() {
     let before = t.b.stats().rx_invalid;
     t.deliver_b(&(pa[0].0, sixteen));
     assert_eq!(t.b.stats().rx_invalid, before + 1, "counted");
+    assert_eq!(t.b.stats().rx_malformed, 1, "as malformed");
     assert!(t.out_b().is_empty(), "discarded, not answered");
     let misaligned = with_request(&pa[0].1, None, |r| r.remote_va = 0x1004);
     t.deliver_b(&(pa[0].0, misaligned));

@@ -161,8 +161,10 @@ fn roundtrip_random_packets() {
             pieces.push(a);
             rest = b;
         }
+        let route = PacketRepr::route(first);
         match PacketRepr::parse_scattered(first, &pieces) {
             Ok(q) => {
+                assert_eq!(route, Ok(routed(&q)), "{q:?}");
                 assert!(
                     cut >= p.header_len(),
                     "headers split at {cut} parsed: {q:?}"
@@ -170,6 +172,7 @@ fn roundtrip_random_packets() {
                 assert_eq!(q, p);
             }
             Err(e) => {
+                assert_eq!(route, Err(WireError::Truncated), "a split at {cut} of {p:?}");
                 assert!(cut < p.header_len(), "{e:?} for a split at {cut} of {p:?}");
                 assert_eq!(e, WireError::Truncated);
             }
@@ -178,6 +181,19 @@ fn roundtrip_random_packets() {
         if len > 0 {
             assert_eq!(p.emit(&mut buf[..len - 1]), Err(WireError::BufferTooSmall));
         }
+    }
+}
+
+/// The route a parsed packet should have had.
+fn routed(p: &PacketRepr<'_>) -> Route {
+    Route {
+        dest_qpn: p.base.dest_qpn,
+        opcode: p.base.opcode,
+        path_id: p.base.path_id,
+        read_len: match p.body {
+            Body::Request { req, .. } if p.base.opcode == Opcode::ReadReq => req.msg_len,
+            _ => 0,
+        },
     }
 }
 
@@ -196,7 +212,12 @@ fn arbitrary_bytes_never_panic() {
         if b.len() > 1 && i % 2 == 0 {
             b[1] = [0x01, 0x04, 0x06, 0x07, 0x10, 0x11, 0x20, 0x21, 0x30][(i % 9) as usize];
         }
-        let _ = PacketRepr::parse(&b);
+        // Routing agrees with the parse: what parses routes where it parses
+        // to, and what does not route does not parse.
+        match (PacketRepr::parse(&b), PacketRepr::route(&b)) {
+            (Ok(p), route) => assert_eq!(route, Ok(routed(&p))),
+            (Err(_), _) => {}
+        }
         // Views are total even on short buffers.
         let h = BaseHeader::new_unchecked(&b[..]);
         let _ = (h.tsn(), h.path_psn(), h.dest_qpn(), h.timestamp());

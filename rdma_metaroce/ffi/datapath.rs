@@ -16,7 +16,7 @@ use super::{raw, IbDev};
 use crate::cq::Pushed;
 use crate::engine::{atomic_operands, Io, LocalOp, Received, SendRequest, Sge, Shared, UdDest};
 use crate::mr::{Accessor, Need};
-use crate::proto::wire::{Body, Opcode, PacketRepr, WireError};
+use crate::proto::wire::{Opcode, PacketRepr, WireError};
 use crate::proto::{Ecn, Instant, WrOpcode};
 use core::ffi::{c_int, c_void};
 use core::ptr::NonNull;
@@ -1302,9 +1302,9 @@ impl<'a> UdpPayload<'a> {
     /// Reads the payload of `skb` in pieces, with the packet's headers in the
     /// first: a first piece too short for them (a sender or NIC that put them in
     /// the fragments) is lengthened to [`HEADERS_MAX`] bytes, copied out of the
-    /// fragments; one that holds them costs no copy. Returns the payload with the
-    /// core's parse of it (the destination QP number, or why it is malformed), so
-    /// that the receive path parses each datagram once; `None` if it cannot be read.
+    /// fragments; one that holds them costs no copy. Returns the payload with
+    /// where it goes (the destination QP number, or why its headers are
+    /// malformed); `None` if it cannot be read.
     ///
     /// [`HEADERS_MAX`]: crate::proto::wire::HEADERS_MAX
     ///
@@ -1332,19 +1332,22 @@ impl<'a> UdpPayload<'a> {
         Some((unsafe { r.view(Some(pieces)) }, parsed))
     }
 
-    /// The core's parse of the packet: where the receive path hands it.
+    /// Where the receive path hands the packet, from its headers (spec MR-3.1.5:
+    /// the QP it goes to parses it in full, and counts it if it is malformed;
+    /// parsing it here as well cost a second parse of every datagram).
     fn destination(&self) -> Result<Destination, WireError> {
-        self.with_more(|more| {
-            PacketRepr::parse_scattered(self.first, more).map(|p| Destination {
-                qpn: p.base.dest_qpn,
-                ack: p.base.opcode == Opcode::Ack,
-                read_len: match p.body {
-                    Body::Request { req, .. } if p.base.opcode == Opcode::ReadReq => req.msg_len,
-                    _ => 0,
-                },
-                path: p.base.path_id,
-            })
+        PacketRepr::route(self.first).map(|r| Destination {
+            qpn: r.dest_qpn,
+            ack: r.opcode == Opcode::Ack,
+            read_len: r.read_len,
+            path: r.path_id,
         })
+    }
+
+    /// Whether the packet parses in full (the receive path routes on its
+    /// headers; this is for a datagram no QP will parse).
+    pub(super) fn parses(&self) -> bool {
+        self.with_more(|more| PacketRepr::parse_scattered(self.first, more).is_ok())
     }
 
     /// Bytes of the payload, in all its pieces.

@@ -20,27 +20,36 @@ pub(super) unsafe extern "C" fn udp_rcv_cb(sk: *mut raw::sock, skb: *mut raw::sk
         // SAFETY: The device outlives its socket (see `IbDev::create`).
         let dev = unsafe { IbDev::from_raw(ib) };
         // The QP's run reads the payload again (it then knows whether the QP takes
-        // it in pieces); here only the headers matter, and they are made linear.
+        // it in pieces) and parses it; here only the headers matter, and they are
+        // made linear. A datagram no QP parses is parsed here, so that one that
+        // does not parse counts as malformed wherever it ends (spec MR-3.1.5).
         // SAFETY: `skb` is a received UDP datagram we own, unmodified until it is
         // handed on below, after the last use of `d`.
         let mut pieces = super::datapath::Pieces::new();
         let d = unsafe { super::datapath::UdpPayload::with_headers(skb, &mut pieces) };
-        if let Some((d, parsed)) = d {
+        if let Some((d, routed)) = d {
             let len = d.len();
-            let qpn = crate::net::receive(dev, len, parsed.as_ref().map(|to| to.qpn).map_err(|e| *e));
-            if let (Some(qpn), Ok(to)) = (qpn, parsed) {
+            let qpn = crate::net::receive(dev, len, routed.as_ref().map(|to| to.qpn).map_err(|e| *e));
+            if let (Some(qpn), Ok(to)) = (qpn, routed) {
                 if qpn == crate::proto::ud::MULTICAST_QPN {
-                    // SAFETY: We own the skb; it is consumed.
-                    if unsafe { super::datapath::deliver_multicast(dev, skb) } == 0 {
-                        crate::net::receive_no_connection(dev);
+                    if !d.parses() {
+                        crate::net::receive_malformed(dev);
+                    } else {
+                        // SAFETY: We own the skb; it is consumed (`d` is not
+                        // used after this).
+                        if unsafe { super::datapath::deliver_multicast(dev, skb) } == 0 {
+                            crate::net::receive_no_connection(dev);
+                        }
+                        return 0;
                     }
-                    return 0;
-                }
-                // SAFETY: We own the skb; on success the QP's queue owns it.
-                let arrival = super::datapath::arrival_of(&to, len);
-                match unsafe { super::datapath::deliver(dev, qpn, (!to.ack).then_some(to.path), arrival, skb) } {
-                    Ok(()) => return 0,
-                    Err(_) => crate::net::receive_no_connection(dev),
+                } else {
+                    let arrival = super::datapath::arrival_of(&to, len);
+                    // SAFETY: We own the skb; on success the QP's queue owns it.
+                    match unsafe { super::datapath::deliver(dev, qpn, (!to.ack).then_some(to.path), arrival, skb) } {
+                        Ok(()) => return 0,
+                        Err(_) if d.parses() => crate::net::receive_no_connection(dev),
+                        Err(_) => crate::net::receive_malformed(dev),
+                    }
                 }
             }
         } else {

@@ -37,7 +37,7 @@ pub use self::ext::{
     ExtIter, Extension, EXT_FLAG_CRITICAL, EXT_HEADER_LEN, EXT_MAX_TOTAL, EXT_TYPE_ACK,
     EXT_TYPE_PAD,
 };
-pub use self::packet::{Body, PacketRepr, ACK_EXT_LEN};
+pub use self::packet::{Body, PacketRepr, Route, ACK_EXT_LEN};
 pub use self::params::{
     ConnParams, ParamsBlock, MAX_MTU, MAX_RD_ATOMIC, MIN_MTU, PARAMS_FLAG_CREDIT, PARAMS_MAGIC,
 };

@@ -96,7 +96,64 @@ fn split(bytes: &[u8], at: usize) -> Result<(&[u8], &[u8]), WireError> {
     }
 }
 
+/// Where a datagram goes, read from its headers without parsing its body
+/// ([`PacketRepr::route`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    /// Destination QPN, 24 bits.
+    pub dest_qpn: u32,
+    /// Opcode.
+    pub opcode: Opcode,
+    /// Path id.
+    pub path_id: u8,
+    /// The bytes a READ request asks for; 0 for every other opcode.
+    pub read_len: u32,
+}
+
 impl<'a> PacketRepr<'a> {
+    /// Spec: MR-3.1.1, MR-3.1.4, MR-3.7.2 — reads where an untrusted
+    /// datagram goes without parsing it: the MRH is checked (version,
+    /// opcode) and every header the opcode has, with the extension chain's,
+    /// must lie in `bytes` (else [`WireError::Truncated`]); nothing after the
+    /// MRH is checked otherwise. A receiver routes on this and parses the
+    /// packet in full ([`Self::parse_scattered`]) before it acts on it. A
+    /// packet that parses routes to the QPN, opcode and path it parses to; one
+    /// that does not route does not parse.
+    pub fn route(bytes: &[u8]) -> Result<Route, WireError> {
+        let base = BaseRepr::parse(&BaseHeader::new_checked(bytes)?)?;
+        let op = base.opcode;
+        let opcode_len = if op.is_request() {
+            RequestRepr::LEN + if op.is_atomic() { AtomicRepr::LEN } else { 0 }
+        } else if op.is_response() {
+            ResponseRepr::LEN
+        } else {
+            match op {
+                Opcode::Ack => AckRepr::LEN,
+                Opcode::Probe => 0,
+                _ => UdRepr::LEN,
+            }
+        };
+        let (_, rest) = split(bytes, BaseRepr::LEN)?;
+        let (headers, after) = split(rest, opcode_len)?;
+        if base.flags.has(Flags::EXT) {
+            // The chain's bytes must be here; what they say is the parse's.
+            for e in ExtIter::new(after) {
+                e?;
+            }
+        }
+        let read_len = if op == Opcode::ReadReq {
+            RequestHeader::new_unchecked(headers).msg_len()
+        } else {
+            0
+        };
+        Ok(Route {
+            dest_qpn: base.dest_qpn,
+            opcode: op,
+            path_id: base.path_id,
+            read_len,
+        })
+    }
+
     /// Parses and validates an untrusted datagram payload. Never panics
     /// (MR-3.1.6); every rejection is a [`WireError`].
     pub fn parse(bytes: &'a [u8]) -> Result<PacketRepr<'a>, WireError> {
