@@ -30,6 +30,14 @@ pub(crate) const GRH_LEN: usize = 40;
 /// Largest payload of one datagram the engine builds with the largest verbs MTU.
 const TX_BUF: usize = proto::connection::MAX_HEADER + 4096;
 
+/// Bytes of the staging buffer a run builds packets in, for connections that may
+/// use an `rc_mtu` of up to `max_rc_mtu` (0: verbs MTUs only). The module keeps one
+/// such buffer per CPU (`ffi::Staging`), sized for the `rc_mtu` parameter.
+pub(crate) const fn staging_len(max_rc_mtu: u32) -> usize {
+    let rc = proto::connection::MAX_HEADER + max_rc_mtu as usize;
+    if rc > TX_BUF { rc } else { TX_BUF }
+}
+
 /// Receive WQEs a QP on an SRQ can hold: those of the messages that have arrived and
 /// not yet completed. A QP takes a WQE from the SRQ only when a message needs one
 /// (spec MR-4.2.3, [`QpMemory::take_shared_recv`]), never ahead: a WQE taken ahead
@@ -380,9 +388,11 @@ pub(crate) struct Engine {
     qkey: u32,
     mtu: u32,
     src_port: u16,
-    /// Staging buffer: UD packets, small RC packets, and any packet whose skb could
-    /// not be allocated.
-    tx: KVec<u8>,
+    /// Bytes of the staging buffer its runs use ([`staging_len`]): UD packets, small
+    /// RC packets, and any packet whose skb could not be allocated are built there.
+    /// The buffer is the running CPU's, handed to [`Engine::run`]: one per QP, of the
+    /// largest packet, cost every idle QP its size.
+    tx_len: usize,
     /// The last RC packet was larger than [`SMALL_TX`]: build the next in its skb
     /// (unless its payload went out by reference, see `tx_by_ref`).
     tx_large: bool,
@@ -480,7 +490,7 @@ impl Engine {
             mtu: 1024,
             // Dynamic port range (RFC 6335), a random base per QP.
             src_port: 0xC000 | (port_seed & 0x3fff),
-            tx: filled(0u8, TX_BUF.max(proto::connection::MAX_HEADER + max_rc_mtu as usize))?,
+            tx_len: staging_len(max_rc_mtu),
             tx_large: false,
             tx_by_ref: false,
             sig_all,
@@ -684,7 +694,7 @@ impl Engine {
         cfg.uc = self.ty == QpType::Uc;
         // Spec: MR-2.6.1 — a larger MetaRoCE MTU than verbs can name, if the
         // transmit buffer holds it.
-        let room = self.tx.len().saturating_sub(proto::connection::MAX_HEADER) as u32;
+        let room = self.tx_len.saturating_sub(proto::connection::MAX_HEADER) as u32;
         cfg.mtu = p.mtu.max(p.rc_mtu.min(room));
         cfg.num_paths = p.num_paths;
         // Spec: MR-7.1.4 — verbs attributes carry no parameter block, so the
@@ -1106,6 +1116,9 @@ impl Engine {
     /// for "at once", a later instant for a timer, `None` for "when something
     /// happens".
     ///
+    /// `staging`: the buffer packets are built in (the running CPU's); at least
+    /// [`staging_len`] of the QP's `max_rc_mtu` bytes.
+    ///
     /// `rx_drained`: every received datagram has been handed in. Timers run only
     /// then: an acknowledgement still waiting in the receive queue must not let a
     /// retransmission timer fire as if it had been lost.
@@ -1121,14 +1134,18 @@ impl Engine {
         &mut self,
         sh: &Shared<'_>,
         io: &mut impl Io,
+        staging: &mut [u8],
         now: Instant,
         rx_drained: bool,
         ack_clocked: bool,
     ) -> Option<Instant> {
+        // The QP's connections are configured for this many bytes (`config_for`).
+        let n = self.tx_len.min(staging.len());
+        let tx = &mut staging[..n];
         match self.ty {
-            QpType::Rc | QpType::Uc => self.run_rc(sh, io, now, rx_drained, ack_clocked),
+            QpType::Rc | QpType::Uc => self.run_rc(sh, io, tx, now, rx_drained, ack_clocked),
             QpType::Ud => {
-                self.run_ud(sh, io, now);
+                self.run_ud(sh, io, tx, now);
                 None
             }
         }
@@ -1138,6 +1155,7 @@ impl Engine {
         &mut self,
         sh: &Shared<'_>,
         io: &mut impl Io,
+        tx: &mut [u8],
         now: Instant,
         rx_drained: bool,
         ack_clocked: bool,
@@ -1151,7 +1169,7 @@ impl Engine {
         // goes on while the ACK and the next packets are built and sent.
         self.retire_ready(io);
         let mut local_failed = false;
-        let Engine { conn, q, accessor, access, counters, remote_gid, tx, tx_large, tx_by_ref, fault, copies_out, .. } = self;
+        let Engine { conn, q, accessor, access, counters, remote_gid, tx_large, tx_by_ref, fault, copies_out, .. } = self;
         let conn = conn.as_mut()?;
         let unplaced = *copies_out > 0;
         if rx_drained && conn.poll_timeout().is_some_and(|t| t <= now) {
@@ -1484,7 +1502,7 @@ impl Engine {
         }
     }
 
-    fn run_ud(&mut self, sh: &Shared<'_>, io: &mut impl Io, now: Instant) {
+    fn run_ud(&mut self, sh: &Shared<'_>, io: &mut impl Io, tx: &mut [u8], now: Instant) {
         if self.errored {
             self.flush_unfed(io);
             return;
@@ -1499,13 +1517,12 @@ impl Engine {
             let len = s.wr.len as usize;
             let hdr = ud_header_room();
             let status = {
-                let Engine { q, accessor, access, counters, tx, qpn, qkey, src_port, fault, .. } = self;
+                let Engine { q, accessor, access, counters, qpn, qkey, src_port, fault, .. } = self;
                 let mut mem =
                     QpMemory { sh, q, by: *accessor, access: *access, counters, pages: None, fault, later: None, unplaced: false };
                 // Gather the payload behind the room the header needs, then build the
                 // datagram around it.
-                let body = &mut tx[hdr..];
-                let read = match body.get_mut(..len) {
+                let read = match tx.get_mut(hdr..).and_then(|body| body.get_mut(..len)) {
                     Some(b) => mem.read_local(i as u64, 0, b),
                     None => Err(MemError::Access),
                 };
@@ -1593,7 +1610,7 @@ fn ud_header_room() -> usize {
 /// not have to be copied twice.
 #[allow(clippy::too_many_arguments)]
 fn emit_ud(
-    tx: &mut KVec<u8>,
+    tx: &mut [u8],
     hdr: usize,
     len: usize,
     now: Instant,
@@ -1610,8 +1627,9 @@ fn emit_ud(
         Ok(n) if n == hdr => {}
         _ => return WcStatus::LocQpOpErr,
     }
-    tx[..hdr].copy_from_slice(head);
-    let pkt = &tx[..hdr + len];
+    let Some(room) = tx.get_mut(..hdr) else { return WcStatus::LocQpOpErr };
+    room.copy_from_slice(head);
+    let Some(pkt) = tx.get(..hdr + len) else { return WcStatus::LocQpOpErr };
     // UD has one path: the QP's first source port.
     if io.transmit(&dest.dgid, src_port, Ecn::Ect0, pkt) {
         counters.tx_packets += 1;

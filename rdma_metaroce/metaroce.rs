@@ -87,8 +87,10 @@ struct MetaRoce {
     _netdev_events: Pin<KBox<ffi::NetdevNotifier>>,
     /// Every device hangs under it.
     _parent: ffi::ParentDevice,
-    /// Dropped last: QP work runs on it until the last device is gone.
+    /// QP work runs on it until the last device is gone.
     _wq: ffi::Workqueue,
+    /// Dropped last: the CPUs' staging buffers, which every QP run builds packets in.
+    _staging: ffi::Staging,
 }
 
 impl kernel::Module for MetaRoce {
@@ -128,6 +130,7 @@ impl kernel::Module for MetaRoce {
             return Err(EINVAL);
         }
         ffi::registry_init();
+        let staging = ffi::Staging::new(crate::engine::staging_len(rc_mtu))?;
         let wq = ffi::Workqueue::new()?;
         let parent = ffi::ParentDevice::register()?;
         let notifier = KBox::pin_init(ffi::NetdevNotifier::register(), GFP_KERNEL)?;
@@ -138,6 +141,7 @@ impl kernel::Module for MetaRoce {
             _netdev_events: notifier,
             _parent: parent,
             _wq: wq,
+            _staging: staging,
         })
     }
 }

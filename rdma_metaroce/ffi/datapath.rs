@@ -883,7 +883,10 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
 ///
 /// # Safety
 ///
-/// `io_ctx` is the live io context of the QP whose engine `eng` is.
+/// `io_ctx` is the live io context of the QP whose engine `eng` is, and `eng` is
+/// borrowed from the guard of that QP's engine lock, taken in process context or
+/// softirq (so bottom halves are off: the run builds packets in the CPU's staging
+/// buffer).
 #[allow(clippy::too_many_arguments)]
 unsafe fn finish_run(
     eng: &mut crate::engine::Engine,
@@ -894,7 +897,11 @@ unsafe fn finish_run(
     ack_clocked: bool,
     io_ctx: *mut raw::mrc_qp_io,
 ) -> (Option<Instant>, bool, core::ffi::c_uint) {
-    let next = eng.run(sh, io, t, rx_drained, ack_clocked);
+    // SAFETY: The caller holds the QP's engine lock (`eng`), taken in process
+    // context (bottom halves off) or in softirq, past the last use of `staging`;
+    // no other staging buffer reference is alive in this run.
+    let staging = unsafe { super::staging_this_cpu() };
+    let next = eng.run(sh, io, staging, t, rx_drained, ack_clocked);
     eng.publish_consumed();
     eng.drain_counters(&io.dev.data().counters);
     eng.account_run(now().as_nanos().saturating_sub(t.as_nanos()));

@@ -878,6 +878,42 @@ bool mrc_skb_rx_spread(const struct sk_buff *skb)
 	return mrc_rx_spread(skb);
 }
 
+static DEFINE_PER_CPU(u8 *, mrc_staging);
+
+void mrc_staging_free(void)
+{
+	int cpu;
+
+	for_each_possible_cpu(cpu) {
+		kvfree(per_cpu(mrc_staging, cpu));
+		per_cpu(mrc_staging, cpu) = NULL;
+	}
+}
+
+int mrc_staging_alloc(size_t size)
+{
+	int cpu;
+
+	for_each_possible_cpu(cpu) {
+		u8 *buf = kvzalloc(size, GFP_KERNEL);
+
+		if (!buf) {
+			mrc_staging_free();
+			return -ENOMEM;
+		}
+		per_cpu(mrc_staging, cpu) = buf;
+	}
+	return 0;
+}
+
+u8 *mrc_staging_this_cpu(void)
+{
+	/* Bottom halves off (or in softirq): no other run on this CPU until the
+	 * caller is done, and the CPU cannot change under it. */
+	WARN_ON_ONCE(!in_softirq());
+	return this_cpu_read(mrc_staging);
+}
+
 u64 mrc_now_ns(void)
 {
 	return ktime_get_ns();

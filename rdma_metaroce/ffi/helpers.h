@@ -172,6 +172,15 @@ unsigned int mrc_online_cpus(void);
 bool mrc_skb_rx_spread(const struct sk_buff *skb);
 
 /* ktime_get_ns() */
+/* One staging buffer of `size` zeroed bytes per possible CPU (kvzalloc), where the QPs'
+ * runs build packets: each run uses its CPU's with bottom halves off, so two
+ * never share one. 0 or -ENOMEM (then none is kept). */
+int mrc_staging_alloc(size_t size);
+/* Frees them (no run may be under way). */
+void mrc_staging_free(void);
+/* This CPU's staging buffer; the caller has bottom halves off (a QP's engine
+ * lock) and uses it only until it turns them on again. */
+u8 *mrc_staging_this_cpu(void);
 u64 mrc_now_ns(void);
 /* synchronize_rcu() */
 void mrc_synchronize_rcu(void);

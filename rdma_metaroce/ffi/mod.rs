@@ -79,6 +79,51 @@ pub(crate) fn random_u32() -> u32 {
 }
 pub(crate) use netdev::{NetDev, NetdevEvent, NetdevNotifier};
 
+/// Bytes of each CPU's staging buffer (see [`Staging`]).
+static STAGING_LEN: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+/// The CPUs' staging buffers, one per possible CPU, where QP runs build their
+/// packets (a buffer per QP of the largest packet cost every idle QP up to 64 KiB
+/// at `rc_mtu=32768`); freed on drop, after every QP is gone.
+pub(crate) struct Staging(());
+
+impl Staging {
+    /// Allocates one buffer of `len` zeroed bytes per possible CPU.
+    pub(crate) fn new(len: usize) -> Result<Self> {
+        // SAFETY: Called once from module init, before any QP exists.
+        kernel::error::to_result(unsafe { raw::mrc_staging_alloc(len) })?;
+        STAGING_LEN.store(len, core::sync::atomic::Ordering::Relaxed);
+        Ok(Self(()))
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        // SAFETY: Allocated in `new`; no QP, hence no run, exists any more.
+        unsafe { raw::mrc_staging_free() };
+    }
+}
+
+/// This CPU's staging buffer.
+///
+/// # Safety
+///
+/// Bottom halves are off on this CPU for `'a` (the caller holds a QP's engine lock,
+/// taken in process context or softirq, and keeps it for `'a`), and no other
+/// result of this function is alive on this CPU meanwhile.
+pub(crate) unsafe fn staging_this_cpu<'a>() -> &'a mut [u8] {
+    // SAFETY: Per the contract bottom halves are off.
+    let p = unsafe { raw::mrc_staging_this_cpu() };
+    let len = STAGING_LEN.load(core::sync::atomic::Ordering::Relaxed);
+    if p.is_null() {
+        return &mut [];
+    }
+    // SAFETY: `p` is this CPU's buffer of `len` zeroed (initialised) bytes, alive
+    // while the module is (`Staging`); with bottom halves off no other run on this
+    // CPU can use it, and no other CPU uses this CPU's (contract).
+    unsafe { core::slice::from_raw_parts_mut(p, len) }
+}
+
 /// The module's workqueue, on which every QP's work runs; destroyed on drop (after
 /// every device, hence every QP, is gone).
 pub(crate) struct Workqueue(());
