@@ -210,16 +210,21 @@ def main():
 
     # --- QP memory ---
     lines = []
-    for metric, label in (("qp_slab", "Slab"), ("qp_vmalloc", "VmallocUsed"),
-                          ("qp_kernel", "Slab+Vmalloc+Percpu"), ("qp_memfree", "MemFree drop")):
-        vals = {t: res.value("qpmem", t, metric, "idle") for t in ("rxe", "metaroce")}
-        if all(v is None for v in vals.values()):
-            continue
-        line = [label] + [res.show("qpmem", t, metric, "idle") for t in ("rxe", "metaroce")]
-        rv = ratio(vals["metaroce"], vals["rxe"])
-        line.append("%.2f" % rv if rv is not None else "-")
-        lines.append(line)
-        result["qp_memory"].append({"metric": metric, "bytes_per_qp": vals})
+    # "idle": the veths' default MTU (1500); "idle_mtuN": the one-link cases' MTU.
+    mem_conds = sorted({r["cond"] for r in rows if r["part"] == "qpmem"},
+                       key=lambda c: (c != "idle", c))
+    for cond in mem_conds:
+        where = "" if cond == "idle" else ", veth MTU " + cond[len("idle_mtu"):]
+        for metric, label in (("qp_slab", "Slab"), ("qp_vmalloc", "VmallocUsed"),
+                              ("qp_kernel", "Slab+Vmalloc+Percpu"), ("qp_memfree", "MemFree drop")):
+            vals = {t: res.value("qpmem", t, metric, cond) for t in ("rxe", "metaroce")}
+            if all(v is None for v in vals.values()):
+                continue
+            line = [label + where] + [res.show("qpmem", t, metric, cond) for t in ("rxe", "metaroce")]
+            rv = ratio(vals["metaroce"], vals["rxe"])
+            line.append("%.2f" % rv if rv is not None else "-")
+            lines.append(line)
+            result["qp_memory"].append({"metric": metric, "cond": cond, "bytes_per_qp": vals})
     qnotes = sorted({r["note"] for r in rows if r["part"] == "qpmem" and r["status"] != "ok" and r["note"]})
     if lines or qnotes:
         out += ["Kernel memory per idle connected RC QP, bytes (%s QP pairs, 16 send/16 recv WRs each):"
