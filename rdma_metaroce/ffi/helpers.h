@@ -171,7 +171,6 @@ int mrc_rx_cpu(void);
 unsigned int mrc_online_cpus(void);
 bool mrc_skb_rx_spread(const struct sk_buff *skb);
 
-/* ktime_get_ns() */
 /* One staging buffer of `size` zeroed bytes per possible CPU (kvzalloc), where the QPs'
  * runs build packets: each run uses its CPU's with bottom halves off, so two
  * never share one. 0 or -ENOMEM (then none is kept). */
@@ -181,6 +180,7 @@ void mrc_staging_free(void);
 /* This CPU's staging buffer; the caller has bottom halves off (a QP's engine
  * lock) and uses it only until it turns them on again. */
 u8 *mrc_staging_this_cpu(void);
+/* ktime_get_ns() */
 u64 mrc_now_ns(void);
 /* synchronize_rcu() */
 void mrc_synchronize_rcu(void);

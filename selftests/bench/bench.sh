@@ -518,31 +518,31 @@ part_qpmem() {
     # The veths' default MTU (condition "idle"), then the one-link cases' MTU, where
     # MetaRoCE's connections may use rc_mtu and each QP's buffers are sized for it.
     for mtu in $(printf '%s\n' 1500 "$LINK_MTU" | awk '!seen[$0]++'); do
-    if [ "$mtu" = 1500 ]; then cond=idle; else cond=idle_mtu$mtu; fi
-    ip -n hostA link set veth0 mtu "$mtu"; ip -n hostB link set veth1 mtu "$mtu"
-    for tr in rxe metaroce; do
-        has "$TRANSPORTS" "$tr" || continue
-        read -r da db type < <(dev_names "$tr")
-        progress "$tr: kernel memory of $QP_PAIRS connected QP pairs (veth MTU $mtu)"
-        if ! dev_up "$tr" veth0 veth1; then
-            row "qpmem,$tr,qp_memory,$cond,1,,,,,,unavailable,$WHY"; dev_down "$tr"; continue
-        fi
-        ga=$(vb_gid_index "$da" "$ADDR_A") gb=$(vb_gid_index "$db" "$ADDR_B")
-        if timeout -k 5 $((QP_PAIRS * 2 + 120)) ip netns exec hostA python3 "$HERE/qpmem.py" "$da" "$ga" "$db" "$gb" "$QP_PAIRS" \
-               > "$OUT/bench-logs/qpmem-$tr${cond#idle}" 2>&1 &&
-           line=$(grep '^qpmem ' "$OUT/bench-logs/qpmem-$tr${cond#idle}"); then
-            # qpmem QPS SLAB VMALLOC PERCPU MEMFREE SECONDS (kB): bytes per QP
-            # shellcheck disable=SC2086
-            set -- $line
-            row "qpmem,$tr,qp_slab,$cond,1,$(( $3 * 1024 / $2 )),,B/QP,,,ok,/proc/meminfo Slab delta over $2 connected RC QPs"
-            row "qpmem,$tr,qp_vmalloc,$cond,1,$(( $4 * 1024 / $2 )),,B/QP,,,ok,VmallocUsed delta over $2 QPs"
-            row "qpmem,$tr,qp_kernel,$cond,1,$(( ($3 + $4 + $5) * 1024 / $2 )),,B/QP,,,ok,Slab+VmallocUsed+Percpu delta over $2 QPs (16 send/16 recv WRs)"
-            row "qpmem,$tr,qp_memfree,$cond,1,$(( $6 * 1024 / $2 )),,B/QP,,,ok,MemFree drop over $2 QPs (kernel and process)"
-        else
-            row "qpmem,$tr,qp_kernel,$cond,1,,,,,,failed,$(tail -n 1 "$OUT/bench-logs/qpmem-$tr${cond#idle}" | tr -d ',')"
-        fi
-        dev_down "$tr"
-    done
+        if [ "$mtu" = 1500 ]; then cond=idle; else cond=idle_mtu$mtu; fi
+        ip -n hostA link set veth0 mtu "$mtu"; ip -n hostB link set veth1 mtu "$mtu"
+        for tr in rxe metaroce; do
+            has "$TRANSPORTS" "$tr" || continue
+            read -r da db type < <(dev_names "$tr")
+            progress "$tr: kernel memory of $QP_PAIRS connected QP pairs (veth MTU $mtu)"
+            if ! dev_up "$tr" veth0 veth1; then
+                row "qpmem,$tr,qp_memory,$cond,1,,,,,,unavailable,$WHY"; dev_down "$tr"; continue
+            fi
+            ga=$(vb_gid_index "$da" "$ADDR_A") gb=$(vb_gid_index "$db" "$ADDR_B")
+            if timeout -k 5 $((QP_PAIRS * 2 + 120)) ip netns exec hostA python3 "$HERE/qpmem.py" "$da" "$ga" "$db" "$gb" "$QP_PAIRS" \
+                   > "$OUT/bench-logs/qpmem-$tr${cond#idle}" 2>&1 &&
+               line=$(grep '^qpmem ' "$OUT/bench-logs/qpmem-$tr${cond#idle}"); then
+                # qpmem QPS SLAB VMALLOC PERCPU MEMFREE SECONDS (kB): bytes per QP
+                # shellcheck disable=SC2086
+                set -- $line
+                row "qpmem,$tr,qp_slab,$cond,1,$(( $3 * 1024 / $2 )),,B/QP,,,ok,/proc/meminfo Slab delta over $2 connected RC QPs"
+                row "qpmem,$tr,qp_vmalloc,$cond,1,$(( $4 * 1024 / $2 )),,B/QP,,,ok,VmallocUsed delta over $2 QPs"
+                row "qpmem,$tr,qp_kernel,$cond,1,$(( ($3 + $4 + $5) * 1024 / $2 )),,B/QP,,,ok,Slab+VmallocUsed+Percpu delta over $2 QPs (16 send/16 recv WRs)"
+                row "qpmem,$tr,qp_memfree,$cond,1,$(( $6 * 1024 / $2 )),,B/QP,,,ok,MemFree drop over $2 QPs (kernel and process)"
+            else
+                row "qpmem,$tr,qp_kernel,$cond,1,,,,,,failed,$(tail -n 1 "$OUT/bench-logs/qpmem-$tr${cond#idle}" | tr -d ',')"
+            fi
+            dev_down "$tr"
+        done
     done
     rm_hosts
 }
