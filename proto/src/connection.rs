@@ -867,6 +867,13 @@ impl Connection {
     /// Creates a connection in RTS (MR-7.1). Out-of-range configuration
     /// values are clamped (`mtu` to [`MIN_MTU`]..=[`MAX_MTU`], `num_paths` to 1..=8;
     /// go-back-N forces one path).
+    ///
+    /// Not compiled into the kernel module: the value is built in this
+    /// function's frame, 27 KB there, more than a kernel stack holds (the
+    /// module's stack-frame check, `selftests/stack-frames.sh`, fails on it).
+    /// Kernel code allocates a zeroed connection and calls [`Connection::reset`]
+    /// (MR-10.2.2).
+    #[cfg(not(CONFIG_RUST))]
     pub fn new(cfg: Config) -> Connection {
         let cfg = normalise(cfg);
         let mut paths = [Path::new(0, 0); MAX_PATHS];
