@@ -10,7 +10,9 @@ of n runs produced a figure. Ratios are plain value ratios (A/B): for bandwidth
 higher is better, for latency lower is better. A ratio needs both cells measured.
 The issue #5 targets are checked on the medians and printed as pass/miss; a target
 whose inputs are missing reads "n/a", and one that rests on a cell with failed runs
-names that cell ("median of fewer runs: siw send_lat loss0 2/3 runs")."""
+names that cell ("median of fewer runs: siw send_lat loss0 2/3 runs"). Each target
+also shows the range of the runs on both sides and whether the ranges overlap (some
+pairing of single runs would give the other verdict)."""
 import csv
 import json
 import os
@@ -245,13 +247,30 @@ def main():
         looked.append((part, tr, case, cond))
         return res.value(part, tr, case, cond, field)
 
-    def target(name, value, threshold, better="ge"):
+    def runs(part, tr, case, cond, field="value", scale=1.0):
+        return [float(r[field]) * scale for r in res.runs.get((part, tr, case, cond), [])
+                if r["status"] == "ok" and r[field]]
+
+    def target(name, value, threshold, better="ge", value_runs=(), threshold_runs=()):
         cells = sorted(set(looked))
         looked.clear()
         if value is None or threshold is None:
             verdict = "n/a"
         else:
             verdict = "pass" if (value >= threshold if better == "ge" else value <= threshold) else "miss"
+        # How far the runs behind the two medians agree with the verdict: "clear" when
+        # every run of MetaRoCE's is on the same side of every run of the threshold's,
+        # "overlap" when some pairing of runs would give the other verdict (the
+        # verdict is still the medians'; this only says how much it rests on them).
+        spread, overlap = "-", None
+        if value_runs and threshold_runs:
+            lo, hi, tlo, thi = min(value_runs), max(value_runs), min(threshold_runs), max(threshold_runs)
+            if better == "ge":
+                overlap = not (lo >= thi or hi < tlo)
+            else:
+                overlap = not (hi <= tlo or lo > thi)
+            spread = "%s-%s; %s-%s, %s" % (fnum(lo), fnum(hi), fnum(tlo), fnum(thi),
+                                           "overlap" if overlap else "clear")
         # A median over fewer runs than were made (a run failed) is weaker evidence: the
         # verdict names the cells it rests on that lack runs, and JSON keeps them.
         partial = []
@@ -262,35 +281,40 @@ def main():
         if partial and verdict != "n/a":
             verdict += " (median of fewer runs: %s)" % "; ".join(partial)
         tg.append([name, fnum(value) or "-", ("%s %s" % (">=" if better == "ge" else "<=", fnum(threshold)))
-                   if threshold is not None else "-", verdict])
+                   if threshold is not None else "-", verdict, spread])
         result["targets"].append({"target": name, "value": value, "threshold": threshold,
                                   "compare": better, "result": verdict.split(" ")[0],
-                                  "partial_cells": partial})
+                                  "partial_cells": partial, "value_runs": list(value_runs),
+                                  "threshold_runs": list(threshold_runs), "runs_overlap": overlap})
 
     def v(tr, case, cond, field="value"):
         return cell_value("link", tr, case, cond, field)
     for case in [c for c in link["cases"] if c in BW_CASES]:
         target("MetaRoCE >= TCP, %s, 0%% (Mbit/s)" % CASE_NAMES[case], v("metaroce", case, "loss0"),
-               v("tcp", case, "loss0"))
+               v("tcp", case, "loss0"), "ge", runs("link", "metaroce", case, "loss0"),
+               runs("link", "tcp", case, "loss0"))
     for cond, share in (("loss1", 0.9), ("loss5", 0.6)):
         for case in [c for c in link["cases"] if c in BW_CASES]:
             own = v("metaroce", case, "loss0")
             target("MetaRoCE at %s >= %d%% of own 0%%, %s" % (cond_label(cond), share * 100, CASE_NAMES[case]),
-                   v("metaroce", case, cond), own * share if own is not None else None)
+                   v("metaroce", case, cond), own * share if own is not None else None, "ge",
+                   runs("link", "metaroce", case, cond), runs("link", "metaroce", case, "loss0", scale=share))
     if "send_lat" in link["cases"]:
-        target("MetaRoCE latency median <= siw, 0% (us)", v("metaroce", "send_lat", "loss0"),
-               v("siw", "send_lat", "loss0"), "le")
-        target("MetaRoCE latency p99 <= siw, 0% (us)", v("metaroce", "send_lat", "loss0", "p99"),
-               v("siw", "send_lat", "loss0", "p99"), "le")
+        for field, what in (("value", "median"), ("p99", "p99")):
+            target("MetaRoCE latency %s <= siw, 0%% (us)" % what, v("metaroce", "send_lat", "loss0", field),
+                   v("siw", "send_lat", "loss0", field), "le", runs("link", "metaroce", "send_lat", "loss0", field),
+                   runs("link", "siw", "send_lat", "loss0", field))
     for case in mp["cases"]:
         h = cell_value("mp", "metaroce", case, "healthy")
         target("MetaRoCE, 1 of %s paths degraded >= 75%% of healthy, %s"
                % (params.get("mp_paths", "?"), CASE_NAMES.get(case, case)),
-               cell_value("mp", "metaroce", case, "degraded"), h * 0.75 if h is not None else None)
+               cell_value("mp", "metaroce", case, "degraded"), h * 0.75 if h is not None else None, "ge",
+               runs("mp", "metaroce", case, "degraded"), runs("mp", "metaroce", case, "healthy", scale=0.75))
     if tg:
-        out += ["Issue #5 targets (on the medians above):", ""] + \
-            fmt_table(["target", "MetaRoCE", "threshold", "result"], tg) + [""]
-        md += md_table(["target", "MetaRoCE", "threshold", "result"], tg) + [""]
+        header = ["target", "MetaRoCE", "threshold", "result", "runs: MetaRoCE; threshold"]
+        out += ["Issue #5 targets (on the medians above; the last column gives the range of",
+                "each side's runs and whether the ranges overlap):", ""] + fmt_table(header, tg) + [""]
+        md += md_table(header, tg) + [""]
 
     notes = sorted({"%s %s %s: %s" % (NAMES.get(r["transport"], r["transport"]), r["case"], r["cond"], r["note"])
                     for r in rows if r["status"] != "ok" and r["note"] and r["part"] != "qpmem"})
