@@ -24,8 +24,10 @@ for spec in "$@"; do
         echo "not ok $n - $label: $ko not found"; rc=1
         continue
     fi
-    # A function's frame is the first `sub $N,%rsp` after its label (the prologue);
-    # the hexadecimal size is decoded by the shell (Debian's awk is mawk).
+    # A function's frame is the first `sub $N,%rsp` after its label (the prologue):
+    # the kernel's Rust target has no stack probes, so one `sub` allocates the whole
+    # frame (with probes the first would be a page, and this would undercount). The
+    # hexadecimal size is decoded by the shell (Debian's awk is mawk).
     frames=$($objdump -d -C --no-show-raw-insn "$ko" | awk '
         /^[0-9a-f]+ <.*>:$/ { fn = substr($0, index($0, "<") + 1); sub(/>:$/, "", fn); seen = 0; next }
         !seen && /sub +\$0x[0-9a-f]+,%rsp/ {
