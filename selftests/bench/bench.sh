@@ -512,7 +512,7 @@ part_mp() {
 # --- part 3: kernel memory per idle connected QP -----------------------------------------
 part_qpmem() {
     local tr da db type ga gb line
-    local mtu cond
+    local mtu cond log
     mk_hosts
     ADDR_A=198.18.0.1 ADDR_B=198.18.0.2
     # The veths' default MTU (condition "idle"), then the one-link cases' MTU, where
@@ -528,9 +528,10 @@ part_qpmem() {
                 row "qpmem,$tr,qp_memory,$cond,1,,,,,,unavailable,$WHY"; dev_down "$tr"; continue
             fi
             ga=$(vb_gid_index "$da" "$ADDR_A") gb=$(vb_gid_index "$db" "$ADDR_B")
+            log=$OUT/bench-logs/qpmem-$tr${cond#idle}
             if timeout -k 5 $((QP_PAIRS * 2 + 120)) ip netns exec hostA python3 "$HERE/qpmem.py" "$da" "$ga" "$db" "$gb" "$QP_PAIRS" \
-                   > "$OUT/bench-logs/qpmem-$tr${cond#idle}" 2>&1 &&
-               line=$(grep '^qpmem ' "$OUT/bench-logs/qpmem-$tr${cond#idle}"); then
+                   > "$log" 2>&1 &&
+               line=$(grep '^qpmem ' "$log"); then
                 # qpmem QPS SLAB VMALLOC PERCPU MEMFREE SECONDS (kB): bytes per QP
                 # shellcheck disable=SC2086
                 set -- $line
@@ -539,7 +540,7 @@ part_qpmem() {
                 row "qpmem,$tr,qp_kernel,$cond,1,$(( ($3 + $4 + $5) * 1024 / $2 )),,B/QP,,,ok,Slab+VmallocUsed+Percpu delta over $2 QPs (16 send/16 recv WRs)"
                 row "qpmem,$tr,qp_memfree,$cond,1,$(( $6 * 1024 / $2 )),,B/QP,,,ok,MemFree drop over $2 QPs (kernel and process)"
             else
-                row "qpmem,$tr,qp_kernel,$cond,1,,,,,,failed,$(tail -n 1 "$OUT/bench-logs/qpmem-$tr${cond#idle}" | tr -d ',')"
+                row "qpmem,$tr,qp_kernel,$cond,1,,,,,,failed,$(tail -n 1 "$log" | tr -d ',')"
             fi
             dev_down "$tr"
         done

@@ -74,10 +74,15 @@ class Results:
                 if r[f] not in self.order[r["part"]][k]:
                     self.order[r["part"]][k].append(r[f])
 
+    def values(self, part, tr, case, cond, field="value"):
+        """The figures of the cell's runs that produced one, in run order."""
+        return [float(r[field]) for r in self.runs.get((part, tr, case, cond), [])
+                if r["status"] == "ok" and r[field]]
+
     def cell(self, part, tr, case, cond, field="value"):
         """(median or None, ok runs, runs, status of the first run)"""
         rs = self.runs.get((part, tr, case, cond), [])
-        vals = [float(r[field]) for r in rs if r["status"] == "ok" and r[field]]
+        vals = self.values(part, tr, case, cond, field)
         ok = sum(1 for r in rs if r["status"] == "ok")
         return (statistics.median(vals) if vals else None, ok, len(rs),
                 rs[0]["status"] if rs else "missing")
@@ -248,8 +253,7 @@ def main():
         return res.value(part, tr, case, cond, field)
 
     def runs(part, tr, case, cond, field="value", scale=1.0):
-        return [float(r[field]) * scale for r in res.runs.get((part, tr, case, cond), [])
-                if r["status"] == "ok" and r[field]]
+        return [x * scale for x in res.values(part, tr, case, cond, field)]
 
     def target(name, value, threshold, better="ge", value_runs=(), threshold_runs=()):
         cells = sorted(set(looked))
