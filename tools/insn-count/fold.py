@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Instructions per ib_send_lat round trip, by function, from an exp-lat-insns.sh run.
+
+    python3 tools/insn-count/fold.py OUT-DIR [--top N] [--lines MODULE.ko]
+
+OUT-DIR is the tools/vm run's directory (it holds snap-K.txt from the plugin and
+insns/ from the guest). For each transport, the counts of its short run are taken from
+those of its long run and divided by the difference in round trips: what one round
+trip costs in the steady state, both hosts together. Kernel addresses are named from
+the guest's /proc/kallsyms; user space is one bucket (its busy polling depends on
+timing, unlike the kernel's paths).
+
+--lines MODULE.ko (the module the guest ran, built with debug information, e.g.
+KRUSTFLAGS=-Cdebuginfo=2): the MetaRoCE module's instructions are also given by
+source function with inlined calls resolved, inclusive (a function and what was
+inlined into it) and by line; needs llvm-objdump and llvm-addr2line (tools/inroot)."""
+import bisect
+import collections
+import os
+import re
+import subprocess
+import sys
+
+KERNEL_START = 0xFFFF800000000000
+
+
+def load_snapshot(path):
+    counts = {}
+    with open(path) as f:
+        for line in f:
+            if line.startswith("#"):
+                continue
+            addr, insns, runs = line.split()
+            counts[(int(addr, 16), int(insns))] = int(runs)
+    return counts
+
+
+def load_symbols(path):
+    addrs, names = [], []
+    with open(path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) < 3 or parts[1] not in "tTwW":
+                continue
+            addr = int(parts[0], 16)
+            if addr == 0:
+                continue
+            mod = parts[3].strip("[]") if len(parts) > 3 else "kernel"
+            addrs.append(addr)
+            names.append((parts[2], mod))
+    order = sorted(range(len(addrs)), key=addrs.__getitem__)
+    return [addrs[i] for i in order], [names[i] for i in order]
+
+
+def window(snaps, k_start, k_end):
+    a, b = snaps[k_start], snaps[k_end]
+    return {key: runs - a.get(key, 0) for key, runs in b.items() if runs != a.get(key, 0)}
+
+
+def main():
+    out = sys.argv[1]
+    top = int(sys.argv[sys.argv.index("--top") + 1]) if "--top" in sys.argv else 30
+    d = os.path.join(out, "insns")
+    short, long_ = (int(x) for x in open(os.path.join(d, "iters.txt")).read().split()[1::2])
+    labels = {}
+    for line in open(os.path.join(d, "snapshots.txt")):
+        k, t, n, edge = line.split()
+        labels[(t, int(n), edge)] = int(k)
+    addrs, names = load_symbols(os.path.join(d, "kallsyms.txt"))
+    cache = {}
+
+    def symbol(addr):
+        if addr < KERNEL_START:
+            return ("(user space)", "user")
+        i = bisect.bisect_right(addrs, addr) - 1
+        return names[i] if i >= 0 else ("?", "kernel")
+
+    per_rt = {}
+    module_blocks = {}
+    for t in sorted({t for t, _, _ in labels}):
+        deltas = []
+        for n in (short, long_):
+            ks, ke = labels[(t, n, "start")], labels[(t, n, "end")]
+            for k in (ks, ke):
+                if k not in cache:
+                    cache[k] = load_snapshot(os.path.join(out, f"snap-{k}.txt"))
+            deltas.append(window(cache, ks, ke))
+        by_fn = collections.Counter()
+        blocks = collections.Counter()
+        for sign, delta in ((-1, deltas[0]), (1, deltas[1])):
+            for (addr, insns), runs in delta.items():
+                fn = symbol(addr)
+                by_fn[fn] += sign * insns * runs
+                if fn[1] == "rdma_metaroce":
+                    blocks[(addr, insns, fn[0])] += sign * runs
+        per_rt[t] = {k: v / (long_ - short) for k, v in by_fn.items()}
+        module_blocks[t] = {k: v / (long_ - short) for k, v in blocks.items()}
+
+    def group(fn):
+        name, mod = fn
+        if mod == "user":
+            return "user space (polling included)"
+        if mod in ("rdma_metaroce", "siw"):
+            return "the transport's module"
+        if name in ("queued_spin_lock_slowpath", "native_queued_spin_lock_slowpath"):
+            return "kernel: spinning on a lock"
+        return "kernel, other"
+
+    print(f"instructions per round trip (both hosts; runs of {long_} minus {short} round trips)\n")
+    ts = sorted(per_rt)
+    print(f"{'':36}" + "".join(f"{t:>14}" for t in ts))
+    groups = sorted({group(fn) for t in ts for fn in per_rt[t]})
+    for g in groups:
+        print(f"{g:36}" + "".join(f"{sum(v for fn, v in per_rt[t].items() if group(fn) == g):14,.0f}" for t in ts))
+    print(f"{'total':36}" + "".join(f"{sum(per_rt[t].values()):14,.0f}" for t in ts))
+    print(f"{'total without user space':36}" + "".join(
+        f"{sum(v for fn, v in per_rt[t].items() if fn[1] != 'user'):14,.0f}" for t in ts))
+    for t in ts:
+        print(f"\n{t}: top {top} functions (kernel and module), instructions per round trip")
+        rows = sorted(((v, fn) for fn, v in per_rt[t].items() if fn[1] != "user"), reverse=True)
+        for v, (name, mod) in rows[:top]:
+            print(f"  {v:10,.0f}  {name}{'' if mod == 'kernel' else ' [' + mod + ']'}")
+
+    if "--lines" in sys.argv:
+        ko = sys.argv[sys.argv.index("--lines") + 1]
+        sym_addr = {name: a for a, (name, mod) in zip(addrs, names) if mod == "rdma_metaroce"}
+        by_lines(ko, sym_addr, module_blocks.get("mrc", {}), top)
+
+
+def by_lines(ko, sym_addr, blocks, top):
+    """The module's instructions per round trip by source function (inlined calls
+    resolved) and by line, each executed instruction looked up on its own."""
+    offsets = {}
+    for line in subprocess.run(["llvm-nm", "--defined-only", ko], capture_output=True, text=True).stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] in "tT":
+            offsets[parts[2]] = int(parts[0], 16)
+    insn_offs = []
+    for line in subprocess.run(["llvm-objdump", "-d", "--no-show-raw-insn", "-j", ".text", ko],
+                               capture_output=True, text=True).stdout.splitlines():
+        m = re.match(r"\s*([0-9a-f]+):\s", line)
+        if m:
+            insn_offs.append(int(m.group(1), 16))
+    per_insn = collections.Counter()
+    for (addr, insns, name), runs in blocks.items():
+        if name not in offsets or name not in sym_addr:
+            continue
+        start = offsets[name] + (addr - sym_addr[name])
+        i = bisect.bisect_left(insn_offs, start)
+        for off in insn_offs[i:i + insns]:
+            per_insn[off] += runs
+    wanted = sorted(per_insn)
+    out = subprocess.run(["llvm-addr2line", "-e", ko, "-i", "-f", "-C", "--output-style=JSON"],
+                         input="".join(f"0x{o:x}\n" for o in wanted), capture_output=True, text=True).stdout
+    import json
+    inclusive, exclusive, lines = collections.Counter(), collections.Counter(), collections.Counter()
+    for off, rec in zip(wanted, (json.loads(l) for l in out.splitlines() if l.strip())):
+        n = per_insn[off]
+        frames = rec.get("Symbol", [])
+        if not frames:
+            continue
+        clean = [re.sub(r"::h[0-9a-f]{16}$", "", f["FunctionName"]) for f in frames]
+        exclusive[clean[0]] += n
+        lines[f"{os.path.basename(frames[0]['FileName'])}:{frames[0]['Line']} ({clean[0].split('::')[-1]})"] += n
+        for fn in set(clean):
+            inclusive[fn] += n
+    total = sum(exclusive.values())
+    print(f"\nMetaRoCE module by source function, inlining resolved ({total:,.0f} instructions per round trip)")
+    print(f"\n  inclusive (the function and what was inlined into it), top {top}:")
+    for fn, n in inclusive.most_common(top):
+        print(f"  {n:10,.0f}  {fn}")
+    print(f"\n  exclusive, top {top}:")
+    for fn, n in exclusive.most_common(top):
+        print(f"  {n:10,.0f}  {fn}")
+    print(f"\n  by line, top {top}:")
+    for fn, n in lines.most_common(top):
+        print(f"  {n:10,.0f}  {fn}")
+
+
+if __name__ == "__main__":
+    main()
