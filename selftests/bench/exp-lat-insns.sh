@@ -27,6 +27,8 @@ snapshot() { # LABEL: the plugin answers snap-req-K with snap-K.txt
   touch $METAROCE_OUT/snap-req-$snap_k
   wait_for 60 test -e $METAROCE_OUT/snap-$snap_k.txt || { echo "no snapshot $snap_k"; exit 1; }
   echo "$snap_k $1" >> $OUTD/snapshots.txt
+  # What instructions do not show: interrupts, softirqs, context switches, idle time.
+  { cat /proc/interrupts; cat /proc/softirqs; cat /proc/stat; } > $OUTD/proc-$snap_k.txt
 }
 P=19800
 . $HERE/bench/lat-pair.sh

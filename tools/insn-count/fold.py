@@ -76,6 +76,7 @@ def main():
         return names[i] if i >= 0 else ("?", "kernel")
 
     per_rt = {}
+    calls = {}  # blocks that start at a function's first instruction: its calls
     module_blocks = {}
     for t in sorted({t for t, _, _ in labels}):
         deltas = []
@@ -87,13 +88,18 @@ def main():
             deltas.append(window(cache, ks, ke))
         by_fn = collections.Counter()
         blocks = collections.Counter()
+        entries = collections.Counter()
         for sign, delta in ((-1, deltas[0]), (1, deltas[1])):
             for (addr, insns), runs in delta.items():
                 fn = symbol(addr)
                 by_fn[fn] += sign * insns * runs
+                i = bisect.bisect_right(addrs, addr) - 1
+                if addr >= KERNEL_START and i >= 0 and addrs[i] == addr:
+                    entries[fn] += sign * runs
                 if fn[1] == "rdma_metaroce":
                     blocks[(addr, insns, fn[0])] += sign * runs
         per_rt[t] = {k: v / (long_ - short) for k, v in by_fn.items()}
+        calls[t] = {k: v / (long_ - short) for k, v in entries.items()}
         module_blocks[t] = {k: v / (long_ - short) for k, v in blocks.items()}
 
     def group(fn):
@@ -118,13 +124,66 @@ def main():
     for t in ts:
         print(f"\n{t}: top {top} functions (kernel and module), instructions per round trip")
         rows = sorted(((v, fn) for fn, v in per_rt[t].items() if fn[1] != "user"), reverse=True)
+        print(f"  {'insns':>10}  {'calls':>6}")
         for v, (name, mod) in rows[:top]:
-            print(f"  {v:10,.0f}  {name}{'' if mod == 'kernel' else ' [' + mod + ']'}")
+            n = calls[t].get((name, mod), 0)
+            print(f"  {v:10,.0f}  {n:6.1f}  {name}{'' if mod == 'kernel' else ' [' + mod + ']'}")
 
+    proc_deltas(d, labels, short, long_)
     if "--lines" in sys.argv:
         ko = sys.argv[sys.argv.index("--lines") + 1]
         sym_addr = {name: a for a, (name, mod) in zip(addrs, names) if mod == "rdma_metaroce"}
         by_lines(ko, sym_addr, module_blocks.get("mrc", {}), top)
+
+
+def read_proc(path):
+    """Per-CPU counters of one snapshot: interrupts by kind, softirqs by kind,
+    /proc/stat's cpuN times (user nice system idle iowait irq softirq, in ticks)
+    and its ctxt line."""
+    vals = {}
+    section = "irq"
+    for line in open(path):
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] == "CPU0":
+            section = "irq" if section == "irq" and not vals else "softirq"
+            continue
+        if parts[0].startswith("cpu") and parts[0] != "cpu":
+            for name, v in zip(("user", "nice", "system", "idle", "iowait", "irq", "softirq"), parts[1:8]):
+                vals[(f"time {name}", parts[0])] = int(v)
+            continue
+        if parts[0] == "ctxt":
+            vals[("ctxt", "all")] = int(parts[1])
+            continue
+        if parts[0].endswith(":") and len(parts) >= 3 and parts[1].isdigit() and parts[2].isdigit():
+            name = parts[0].rstrip(":")
+            desc = " ".join(p for p in parts[3:] if not p.isdigit())[:30]
+            vals[(f"{section} {name} {desc}".strip(), "cpu0")] = int(parts[1])
+            vals[(f"{section} {name} {desc}".strip(), "cpu1")] = int(parts[2])
+    return vals
+
+
+def proc_deltas(d, labels, short, long_):
+    """Interrupts, softirqs, context switches and CPU time per 1,000 round trips,
+    the same difference of the two runs as the instruction counts."""
+    if not os.path.exists(os.path.join(d, "proc-1.txt")):
+        return
+    rows = {}
+    for t in sorted({t for t, _, _ in labels}):
+        per = collections.Counter()
+        for sign, n in ((-1, short), (1, long_)):
+            a = read_proc(os.path.join(d, f"proc-{labels[(t, n, 'start')]}.txt"))
+            b = read_proc(os.path.join(d, f"proc-{labels[(t, n, 'end')]}.txt"))
+            for k in b:
+                per[k] += sign * (b[k] - a.get(k, 0))
+        rows[t] = {k: v * 1000 / (long_ - short) for k, v in per.items()}
+    ts = sorted(rows)
+    keys = sorted({k for t in ts for k, v in rows[t].items() if abs(v) >= 0.5})
+    print("\nper 1,000 round trips (interrupts, softirqs, context switches, CPU time in ticks)")
+    print(f"{'':44}" + "".join(f"{t:>12}" for t in ts))
+    for k in keys:
+        print(f"{k[0][:36]:36} {k[1]:>7}" + "".join(f"{rows[t].get(k, 0):12.1f}" for t in ts))
 
 
 def by_lines(ko, sym_addr, blocks, top):
