@@ -2,7 +2,8 @@
 # experiment: ib_send_lat 8 B on two MetaRoCE module builds and siw, alternating,
 # bench conditions (veth MTU LAT_MTU, default 65535; MRC_ARGS default rc_mtu=32768; no RPS).
 # Run in the guest: tools/vm --flavour plain -- env LAT_KOS="A.ko B.ko:reply_wait_us=0" bash selftests/bench/exp-lat-ab.sh
-# (an entry may name module parameters for its runs; LAT_ITERS, default 2000).
+# (an entry may name module parameters for its runs; LAT_ITERS, default 2000;
+# LAT_ROUNDS, default 3).
 . "$(dirname "$0")/exp-env.sh"
 modprobe siw
 mk_hosts
@@ -11,7 +12,7 @@ ip netns exec hostA rdma link add siwA type siw netdev veth0
 ip netns exec hostB rdma link add siwB type siw netdev veth1
 P=19500
 . $HERE/bench/lat-pair.sh
-for i in 1 2 3; do
+for i in $(seq ${LAT_ROUNDS:-3}); do
   for spec in ${LAT_KOS:?}; do
     # An entry is KO or KO:PARAM=V,PARAM=V (module parameters of that build's run).
     ko=${spec%%:*}; extra=; [ "$spec" != "$ko" ] && extra=${spec#*:}

@@ -30,8 +30,9 @@ def load_snapshot(path):
         for line in f:
             if line.startswith("#"):
                 continue
-            addr, insns, runs = line.split()
-            counts[(int(addr, 16), int(insns))] = int(runs)
+            fields = line.split()
+            samples = int(fields[3]) if len(fields) > 3 else 0
+            counts[(int(fields[0], 16), int(fields[1]))] = (int(fields[2]), samples)
     return counts
 
 
@@ -53,8 +54,14 @@ def load_symbols(path):
 
 
 def window(snaps, k_start, k_end):
+    """Per block: (runs, samples) between two snapshots."""
     a, b = snaps[k_start], snaps[k_end]
-    return {key: runs - a.get(key, 0) for key, runs in b.items() if runs != a.get(key, 0)}
+    out = {}
+    for key, (runs, samples) in b.items():
+        r0, s0 = a.get(key, (0, 0))
+        if runs != r0 or samples != s0:
+            out[key] = (runs - r0, samples - s0)
+    return out
 
 
 def main():
@@ -77,6 +84,8 @@ def main():
 
     per_rt = {}
     calls = {}  # blocks that start at a function's first instruction: its calls
+    time_us = {}
+    sample_us = int(os.environ.get("SAMPLE_US", "0")) or sample_interval(out)
     module_blocks = {}
     for t in sorted({t for t, _, _ in labels}):
         deltas = []
@@ -88,19 +97,25 @@ def main():
             deltas.append(window(cache, ks, ke))
         by_fn = collections.Counter()
         blocks = collections.Counter()
+        block_samples = collections.Counter()
         entries = collections.Counter()
+        sampled = collections.Counter()
         for sign, delta in ((-1, deltas[0]), (1, deltas[1])):
-            for (addr, insns), runs in delta.items():
+            for (addr, insns), (runs, samples) in delta.items():
                 fn = symbol(addr)
                 by_fn[fn] += sign * insns * runs
+                sampled[fn] += sign * samples
                 i = bisect.bisect_right(addrs, addr) - 1
                 if addr >= KERNEL_START and i >= 0 and addrs[i] == addr:
                     entries[fn] += sign * runs
                 if fn[1] == "rdma_metaroce":
                     blocks[(addr, insns, fn[0])] += sign * runs
+                    block_samples[(addr, insns, fn[0])] += sign * samples
         per_rt[t] = {k: v / (long_ - short) for k, v in by_fn.items()}
         calls[t] = {k: v / (long_ - short) for k, v in entries.items()}
-        module_blocks[t] = {k: v / (long_ - short) for k, v in blocks.items()}
+        # Host time per round trip (vCPU time, both vCPUs), from the samples.
+        time_us[t] = {k: v * sample_us / (long_ - short) for k, v in sampled.items()}
+        module_blocks[t] = {k: (v / (long_ - short), block_samples[k] * sample_us / (long_ - short)) for k, v in blocks.items()}
 
     def group(fn):
         name, mod = fn
@@ -119,21 +134,45 @@ def main():
     for g in groups:
         print(f"{g:36}" + "".join(f"{sum(v for fn, v in per_rt[t].items() if group(fn) == g):14,.0f}" for t in ts))
     print(f"{'total':36}" + "".join(f"{sum(per_rt[t].values()):14,.0f}" for t in ts))
+    if sample_us:
+        print(f"\nvCPU time per round trip, us (both vCPUs; sampled every {sample_us} us of host time)\n")
+        for g in groups:
+            print(f"{g:36}" + "".join(f"{sum(v for fn, v in time_us[t].items() if group(fn) == g):14,.1f}" for t in ts))
+        print(f"{'total':36}" + "".join(f"{sum(time_us[t].values()):14,.1f}" for t in ts))
     print(f"{'total without user space':36}" + "".join(
         f"{sum(v for fn, v in per_rt[t].items() if fn[1] != 'user'):14,.0f}" for t in ts))
     for t in ts:
         print(f"\n{t}: top {top} functions (kernel and module), instructions per round trip")
         rows = sorted(((v, fn) for fn, v in per_rt[t].items() if fn[1] != "user"), reverse=True)
-        print(f"  {'insns':>10}  {'calls':>6}")
+        print(f"  {'insns':>10}  {'calls':>6}  {'us':>6}")
         for v, (name, mod) in rows[:top]:
             n = calls[t].get((name, mod), 0)
-            print(f"  {v:10,.0f}  {n:6.1f}  {name}{'' if mod == 'kernel' else ' [' + mod + ']'}")
+            us = time_us[t].get((name, mod), 0)
+            print(f"  {v:10,.0f}  {n:6.1f}  {us:6.2f}  {name}{'' if mod == 'kernel' else ' [' + mod + ']'}")
+        if sample_us:
+            print(f"\n{t}: top {top} functions by sampled time (kernel and module), us per round trip")
+            print(f"  {'us':>6}  {'insns':>10}  {'ns/insn':>7}")
+            rows = sorted(((v, fn) for fn, v in time_us[t].items() if fn[1] != "user"), reverse=True)
+            for v, (name, mod) in rows[:top]:
+                n = per_rt[t].get((name, mod), 0)
+                rate = f"{v * 1000 / n:7.1f}" if n > 0 else f"{'-':>7}"
+                print(f"  {v:6.2f}  {n:10,.0f}  {rate}  {name}{'' if mod == 'kernel' else ' [' + mod + ']'}")
 
     proc_deltas(d, labels, short, long_)
     if "--lines" in sys.argv:
         ko = sys.argv[sys.argv.index("--lines") + 1]
         sym_addr = {name: a for a, (name, mod) in zip(addrs, names) if mod == "rdma_metaroce"}
         by_lines(ko, sym_addr, module_blocks.get("mrc", {}), top)
+
+
+def sample_interval(out):
+    """The plugin's sample_us, from the QEMU command line vng logged (0: none)."""
+    try:
+        cmd = open(os.path.join(out, ".qemu-opts")).read()
+    except OSError:
+        return 0
+    m = re.search(r"sample_us=(\d+)", cmd)
+    return int(m.group(1)) if m else 0
 
 
 def read_proc(path):
@@ -201,18 +240,22 @@ def by_lines(ko, sym_addr, blocks, top):
         if m:
             insn_offs.append(int(m.group(1), 16))
     per_insn = collections.Counter()
-    for (addr, insns, name), runs in blocks.items():
+    per_insn_us = collections.Counter()  # a block's sampled time, at its first instruction
+    for (addr, insns, name), (runs, us) in blocks.items():
         if name not in offsets or name not in sym_addr:
             continue
         start = offsets[name] + (addr - sym_addr[name])
         i = bisect.bisect_left(insn_offs, start)
         for off in insn_offs[i:i + insns]:
             per_insn[off] += runs
+        if i < len(insn_offs):
+            per_insn_us[insn_offs[i]] += us
     wanted = sorted(per_insn)
     out = subprocess.run(["llvm-addr2line", "-e", ko, "-i", "-f", "-C", "--output-style=JSON"],
                          input="".join(f"0x{o:x}\n" for o in wanted), capture_output=True, text=True).stdout
     import json
     inclusive, exclusive, lines = collections.Counter(), collections.Counter(), collections.Counter()
+    inclusive_us = collections.Counter()
     for off, rec in zip(wanted, (json.loads(l) for l in out.splitlines() if l.strip())):
         n = per_insn[off]
         frames = rec.get("Symbol", [])
@@ -223,11 +266,16 @@ def by_lines(ko, sym_addr, blocks, top):
         lines[f"{os.path.basename(frames[0]['FileName'])}:{frames[0]['Line']} ({clean[0].split('::')[-1]})"] += n
         for fn in set(clean):
             inclusive[fn] += n
+            inclusive_us[fn] += per_insn_us.get(off, 0)
     total = sum(exclusive.values())
     print(f"\nMetaRoCE module by source function, inlining resolved ({total:,.0f} instructions per round trip)")
     print(f"\n  inclusive (the function and what was inlined into it), top {top}:")
     for fn, n in inclusive.most_common(top):
         print(f"  {n:10,.0f}  {fn}")
+    if any(inclusive_us.values()):
+        print(f"\n  inclusive by sampled time, us per round trip, top {top}:")
+        for fn, us in inclusive_us.most_common(top):
+            print(f"  {us:8.2f}  {inclusive[fn]:10,.0f}  {fn}")
     print(f"\n  exclusive, top {top}:")
     for fn, n in exclusive.most_common(top):
         print(f"  {n:10,.0f}  {fn}")

@@ -8,7 +8,8 @@
  * when the guest asks (by creating D/snap-req-K in a directory it shares with the
  * host), it writes the counts so far to D/snap-K.txt. Two snapshots around a
  * workload, minus each other, are that workload's instructions, block by block;
- * tools/insn-count/fold.py maps blocks to the guest's symbols.
+ * tools/insn-count/fold.py maps blocks to the guest's symbols. With sample_us=N it
+ * also samples, every N us of host time, the block each vCPU is in.
  *
  * QEMU's plugin header is not shipped by Debian, so the handful of entry points used
  * here are declared below, as QEMU 11's binary calls them (API level 7).
@@ -54,6 +55,7 @@ struct block {
 	uint32_t insns;
 	bool used;
 	uint64_t runs[MAX_VCPUS]; /* written by that vCPU's thread only */
+	uint64_t samples;         /* written by the sampler thread only */
 };
 
 static struct block *table;
@@ -90,10 +92,17 @@ static struct block *block_for(uint64_t vaddr, uint32_t insns)
 	return b;
 }
 
+/* The block each vCPU entered last: what the sampler finds it running (a block
+ * that runs long, on an instruction the emulator executes slowly such as a string
+ * copy, or a helper it calls, is found more often than its instructions say). */
+static struct block *volatile current[MAX_VCPUS];
+static unsigned int sample_us; /* 0: no sampling */
+
 static void on_exec(unsigned int vcpu, void *userdata)
 {
 	struct block *b = userdata;
 	b->runs[vcpu % MAX_VCPUS]++;
+	current[vcpu % MAX_VCPUS] = b;
 }
 
 static void on_translate(struct qemu_plugin_tb *tb, void *unused)
@@ -114,7 +123,7 @@ static void write_snapshot(const char *name)
 	FILE *f = fopen(tmp, "w");
 	if (!f)
 		return;
-	fprintf(f, "# vaddr insns runs%s\n", table_full ? " (table full: some blocks uncounted)" : "");
+	fprintf(f, "# vaddr insns runs samples%s\n", table_full ? " (table full: some blocks uncounted)" : "");
 	for (uint64_t i = 0; i < (1ull << TABLE_BITS); i++) {
 		struct block *b = &table[i];
 		uint64_t runs = 0;
@@ -123,7 +132,8 @@ static void write_snapshot(const char *name)
 		for (int v = 0; v < MAX_VCPUS; v++)
 			runs += __atomic_load_n(&b->runs[v], __ATOMIC_RELAXED);
 		if (runs)
-			fprintf(f, "%" PRIx64 " %u %" PRIu64 "\n", b->vaddr, b->insns, runs);
+			fprintf(f, "%" PRIx64 " %u %" PRIu64 " %" PRIu64 "\n", b->vaddr, b->insns, runs,
+				__atomic_load_n(&b->samples, __ATOMIC_RELAXED));
 	}
 	fclose(f);
 	rename(tmp, path);
@@ -147,6 +157,22 @@ static void *watch_requests(void *unused)
 	return NULL;
 }
 
+/* Every sample_us of host time, notes the block each vCPU is in: a profile of the
+ * guest by the host's clock, with nothing running in the guest to take it. */
+static void *sample(void *unused)
+{
+	(void)unused;
+	for (;;) {
+		usleep(sample_us);
+		for (int v = 0; v < MAX_VCPUS; v++) {
+			struct block *b = current[v];
+			if (b)
+				__atomic_store_n(&b->samples, b->samples + 1, __ATOMIC_RELAXED);
+		}
+	}
+	return NULL;
+}
+
 static void at_exit(qemu_plugin_id_t unused1, void *unused2)
 {
 	(void)unused1;
@@ -162,6 +188,8 @@ qemu_plugin_install(qemu_plugin_id_t id, const void *info, int argc, char **argv
 	for (int i = 0; i < argc; i++)
 		if (strncmp(argv[i], "dir=", 4) == 0)
 			snprintf(dir, sizeof(dir), "%s", argv[i] + 4);
+		else if (strncmp(argv[i], "sample_us=", 10) == 0)
+			sample_us = (unsigned int)atoi(argv[i] + 10);
 	if (!dir[0]) {
 		fprintf(stderr, "insn-count: needs dir=DIRECTORY\n");
 		return -1;
@@ -174,5 +202,11 @@ qemu_plugin_install(qemu_plugin_id_t id, const void *info, int argc, char **argv
 	if (pthread_create(&watcher, NULL, watch_requests, NULL))
 		return -1;
 	pthread_detach(watcher);
+	if (sample_us) {
+		pthread_t sampler;
+		if (pthread_create(&sampler, NULL, sample, NULL))
+			return -1;
+		pthread_detach(sampler);
+	}
 	return 0;
 }
