@@ -800,7 +800,7 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
                 // resident, handed in again once it is in; if it cannot be kept the
                 // peer resends it).
                 unsafe {
-                    match hand_in(&mut eng, &sh, &mut io, t, skb, &mut later) {
+                    match hand_in(&mut eng, &sh, &mut io, t, skb, &mut later, n > 1) {
                         Handed::Held => {}
                         Handed::Refused if raw::mrc_qp_io_park(io_ctx, skb) => {}
                         Handed::Refused | Handed::Done => raw::mrc_kfree_skb(skb),
@@ -961,7 +961,8 @@ unsafe fn addrs_of(skb: *mut raw::sk_buff) -> crate::engine::IpPair {
 /// Hands one received datagram to the engine, which may leave copies of its
 /// payload into pinned memory with `later` (spec MR-10.1.3; the datagram is then
 /// `later`'s); [`Handed::Refused`] if memory it needs is not resident (spec
-/// MR-9.2.5, kept for the fault work).
+/// MR-9.2.5, kept for the fault work). `pull`: take what the process posted
+/// first (not for a run's first datagram: the run just did).
 ///
 /// # Safety
 ///
@@ -973,6 +974,7 @@ unsafe fn hand_in(
     t: Instant,
     skb: *mut raw::sk_buff,
     later: &mut LaterCopies,
+    pull: bool,
 ) -> Handed {
     // SAFETY: Per the contract `skb` is a live UDP datagram.
     let from = unsafe { addrs_of(skb) };
@@ -981,12 +983,16 @@ unsafe fn hand_in(
     // SAFETY: As above; the pieces stay valid while we own the skb (this call).
     // The receive callback made the headers linear (`UdpPayload::with_headers`).
     let Some(d) = (unsafe { UdpPayload::of(skb, pieces) }) else {
-        eng.pull_posted(io);
+        if pull {
+            eng.pull_posted(io);
+        }
         return Handed::Done;
     };
     // Receives the process posted since (a message must not meet an RNR NAK for
     // want of a WQE that is already in the ring).
-    eng.pull_posted(io);
+    if pull {
+        eng.pull_posted(io);
+    }
     // Only a connection takes pieces in place; a UD datagram is copied whole.
     if eng.takes_pieces() && later.wants(d.len()) {
         later.open(skb, &d);
