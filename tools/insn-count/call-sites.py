@@ -25,12 +25,7 @@ spec.loader.exec_module(fold)
 def main():
     out, ko = sys.argv[1], sys.argv[2]
     targets = sys.argv[3:] or ["memcpy", "memset", "memmove"]
-    d = os.path.join(out, "insns")
-    short, long_ = (int(x) for x in open(os.path.join(d, "iters.txt")).read().split()[1::2])
-    labels = {}
-    for line in open(os.path.join(d, "snapshots.txt")):
-        k, t, n, edge = line.split()
-        labels[(t, int(n), edge)] = int(k)
+    d, short, long_, labels = fold.read_run(out)
     addrs, names = fold.load_symbols(os.path.join(d, "kallsyms.txt"))
     sym_addr = {n: a for a, (n, m) in zip(addrs, names) if m == "rdma_metaroce"}
     offsets = {}

@@ -53,6 +53,18 @@ def load_symbols(path):
     return [addrs[i] for i in order], [names[i] for i in order]
 
 
+def read_run(out):
+    """What exp-lat-insns.sh wrote: its directory, the short and long runs' round
+    trips, and the snapshot numbers by (transport, round trips, "start"/"end")."""
+    d = os.path.join(out, "insns")
+    short, long_ = (int(x) for x in open(os.path.join(d, "iters.txt")).read().split()[1::2])
+    labels = {}
+    for line in open(os.path.join(d, "snapshots.txt")):
+        k, t, n, edge = line.split()
+        labels[(t, int(n), edge)] = int(k)
+    return d, short, long_, labels
+
+
 def window(snaps, k_start, k_end):
     """Per block: (runs, samples) between two snapshots."""
     a, b = snaps[k_start], snaps[k_end]
@@ -67,12 +79,7 @@ def window(snaps, k_start, k_end):
 def main():
     out = sys.argv[1]
     top = int(sys.argv[sys.argv.index("--top") + 1]) if "--top" in sys.argv else 30
-    d = os.path.join(out, "insns")
-    short, long_ = (int(x) for x in open(os.path.join(d, "iters.txt")).read().split()[1::2])
-    labels = {}
-    for line in open(os.path.join(d, "snapshots.txt")):
-        k, t, n, edge = line.split()
-        labels[(t, int(n), edge)] = int(k)
+    d, short, long_, labels = read_run(out)
     addrs, names = load_symbols(os.path.join(d, "kallsyms.txt"))
     cache = {}
 
