@@ -17,10 +17,6 @@ echo 0 > /proc/sys/kernel/kptr_restrict
 KO=${INSN_KO:-$HERE/../rdma_metaroce.ko} mrc_insmod rc_mtu=32768 ${INSN_ARGS:-}
 # Symbols for the fold: the kernel's and both modules' (loaded by now).
 sort /proc/kallsyms > $OUTD/kallsyms.txt
-links() { # add|del TYPE
-  ip netns exec hostA rdma link $1 ${2}A ${3:+type $3 netdev veth0}
-  ip netns exec hostB rdma link $1 ${2}B ${3:+type $3 netdev veth1}
-}
 snap_k=0
 snapshot() { # LABEL: the plugin answers snap-req-K with snap-K.txt
   snap_k=$((snap_k+1))

@@ -20,10 +20,6 @@ KO=${PROF_KO:-$HERE/../rdma_metaroce.ko} mrc_insmod rc_mtu=32768 ${PROF_ARGS:-}
 grep '\[rdma_metaroce\]' /proc/kallsyms | sort > $OUTD/module-kallsyms.txt
 # One transport's devices at a time: rdma_cm (siw's -R) would pick whichever device
 # on the address comes first.
-links() { # add|del TYPE
-  ip netns exec hostA rdma link $1 ${2}A ${3:+type $3 netdev veth0}
-  ip netns exec hostB rdma link $1 ${2}B ${3:+type $3 netdev veth1}
-}
 P=19700
 . $HERE/bench/lat-pair.sh
 N=${PROF_ITERS:-30000}

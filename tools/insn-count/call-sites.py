@@ -49,12 +49,8 @@ def main():
         if m:
             last = int(m.group(1), 16)
             insn_offs.append(last)
-    snaps = {}
     per_site = collections.Counter()
-    for sign, n in ((-1, short), (1, long_)):
-        for k in (labels[("mrc", n, "start")], labels[("mrc", n, "end")]):
-            snaps.setdefault(k, fold.load_snapshot(os.path.join(out, f"snap-{k}.txt")))
-        delta = fold.window(snaps, labels[("mrc", n, "start")], labels[("mrc", n, "end")])
+    for sign, delta in fold.run_deltas(out, labels, (short, long_), "mrc", {}):
         for (addr, insns), (runs, _) in delta.items():
             if addr < fold.KERNEL_START:
                 continue

@@ -65,6 +65,20 @@ def read_run(out):
     return d, short, long_, labels
 
 
+def run_deltas(out, labels, runs, t, cache):
+    """(sign, window) for transport `t`'s short run (-1) and long run (+1): summed,
+    the counts of the long run less those of the short one. `cache` keeps the
+    snapshots read, by number."""
+    deltas = []
+    for sign, n in zip((-1, 1), runs):
+        ks, ke = labels[(t, n, "start")], labels[(t, n, "end")]
+        for k in (ks, ke):
+            if k not in cache:
+                cache[k] = load_snapshot(os.path.join(out, f"snap-{k}.txt"))
+        deltas.append((sign, window(cache, ks, ke)))
+    return deltas
+
+
 def window(snaps, k_start, k_end):
     """Per block: (runs, samples) between two snapshots."""
     a, b = snaps[k_start], snaps[k_end]
@@ -84,36 +98,30 @@ def main():
     cache = {}
 
     def symbol(addr):
+        """(name, module) of the function holding `addr`, and whether `addr` is its
+        first instruction."""
         if addr < KERNEL_START:
-            return ("(user space)", "user")
+            return ("(user space)", "user"), False
         i = bisect.bisect_right(addrs, addr) - 1
-        return names[i] if i >= 0 else ("?", "kernel")
+        return (names[i], addrs[i] == addr) if i >= 0 else (("?", "kernel"), False)
 
     per_rt = {}
     calls = {}  # blocks that start at a function's first instruction: its calls
     time_us = {}
-    sample_us = int(os.environ.get("SAMPLE_US", "0")) or sample_interval(out)
+    sample_us = sample_interval(out)
     module_blocks = {}
     for t in sorted({t for t, _, _ in labels}):
-        deltas = []
-        for n in (short, long_):
-            ks, ke = labels[(t, n, "start")], labels[(t, n, "end")]
-            for k in (ks, ke):
-                if k not in cache:
-                    cache[k] = load_snapshot(os.path.join(out, f"snap-{k}.txt"))
-            deltas.append(window(cache, ks, ke))
         by_fn = collections.Counter()
         blocks = collections.Counter()
         block_samples = collections.Counter()
         entries = collections.Counter()
         sampled = collections.Counter()
-        for sign, delta in ((-1, deltas[0]), (1, deltas[1])):
+        for sign, delta in run_deltas(out, labels, (short, long_), t, cache):
             for (addr, insns), (runs, samples) in delta.items():
-                fn = symbol(addr)
+                fn, entry = symbol(addr)
                 by_fn[fn] += sign * insns * runs
                 sampled[fn] += sign * samples
-                i = bisect.bisect_right(addrs, addr) - 1
-                if addr >= KERNEL_START and i >= 0 and addrs[i] == addr:
+                if entry:
                     entries[fn] += sign * runs
                 if fn[1] == "rdma_metaroce":
                     blocks[(addr, insns, fn[0])] += sign * runs
@@ -173,7 +181,7 @@ def main():
 
 
 def sample_interval(out):
-    """The plugin's sample_us, from the QEMU command line vng logged (0: none)."""
+    """The plugin's sample_us, from the plugin options tools/vm noted (0: none)."""
     try:
         cmd = open(os.path.join(out, ".qemu-opts")).read()
     except OSError:
