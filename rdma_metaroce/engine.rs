@@ -206,8 +206,8 @@ pub(crate) struct Received<'a> {
     pub(crate) src_port: u16,
     /// The IP ECN field was CE.
     pub(crate) ce: bool,
-    /// Source and destination address.
-    pub(crate) addrs: IpPair,
+    /// Source and destination address; read only for a UD QP (its GRH).
+    pub(crate) addrs: Option<IpPair>,
 }
 
 /// The addresses of a received datagram.
@@ -1083,7 +1083,7 @@ impl Engine {
     }
 
     /// See [`Self::on_datagram`].
-    fn on_ud(&mut self, sh: &Shared<'_>, io: &mut impl Io, addrs: IpPair, bytes: &[u8]) -> bool {
+    fn on_ud(&mut self, sh: &Shared<'_>, io: &mut impl Io, addrs: Option<IpPair>, bytes: &[u8]) -> bool {
         // On an SRQ: a WQE for a valid datagram, taken only now (as for RC).
         if let Some(srq) = sh.srq.filter(|_| self.on_srq && self.can_recv && !self.errored) {
             if self.q.rqr.len() == 0 && ud::accept_datagram(bytes, self.qpn, self.qkey, Some(u32::MAX)).is_ok() {
@@ -1108,6 +1108,11 @@ impl Engine {
             }
         };
         let Some(slot) = next else { return false };
+        // (The driver gives every UD datagram its addresses.)
+        let Some(addrs) = addrs else {
+            self.counters.rx_ud_dropped += 1;
+            return false;
+        };
         let idx = self.q.rqr.idx(self.q.rqr.head);
         let (grh, grh_kind) = match addrs {
             IpPair::V4(s, dst) => (grh_ipv4(s, dst, d.payload.len()), Grh::Ipv4),

@@ -769,6 +769,9 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
         // this call, and `io_ctx` is its io context.
         let mut io = unsafe { WorkIo::new(dev, ib, io_ctx) };
         let mut later = LaterCopies::new();
+        // Dropped (its datagrams freed) at the end of the round, after the round
+        // published its completions and sent its held ACKs.
+        let mut spent = SpentSkbs::new();
         let mut again = false;
         let doorbell = matches!(origin, Origin::Doorbell | Origin::MappedDoorbell);
         let ack_clocked = doorbell && rounds == 1;
@@ -803,7 +806,7 @@ unsafe fn run_qp(ib: *mut raw::ib_qp, origin: Origin) -> bool {
                     match hand_in(&mut eng, &sh, &mut io, t, skb, &mut later, n > 1) {
                         Handed::Held => {}
                         Handed::Refused if raw::mrc_qp_io_park(io_ctx, skb) => {}
-                        Handed::Refused | Handed::Done => raw::mrc_kfree_skb(skb),
+                        Handed::Refused | Handed::Done => spent.push(skb),
                     }
                 }
             }
@@ -976,8 +979,9 @@ unsafe fn hand_in(
     later: &mut LaterCopies,
     pull: bool,
 ) -> Handed {
+    // Only a UD QP uses the addresses (the GRH it writes): a connection knows its peer.
     // SAFETY: Per the contract `skb` is a live UDP datagram.
-    let from = unsafe { addrs_of(skb) };
+    let from = (!eng.takes_pieces()).then(|| unsafe { addrs_of(skb) });
     let mut pieces = Pieces::new();
     let pieces = eng.takes_pieces().then_some(&mut pieces);
     // SAFETY: As above; the pieces stay valid while we own the skb (this call).
@@ -1004,6 +1008,54 @@ unsafe fn hand_in(
         eng.on_datagram(sh, io, t, &r, Some(&mut *later))
     });
     later.close(refused)
+}
+
+/// Received datagrams a run has handed in completely, freed when the run's round
+/// ends (on drop): freeing one (the skb, its data, their slabs) is then not on the
+/// way to the completion it carried, which the round publishes first. Up to
+/// `SPENT_SKBS` wait; more are freed at once, so nothing is allocated for them.
+///
+/// # Invariants
+///
+/// `skbs[..n]` are live skbs this list owns.
+struct SpentSkbs {
+    skbs: [*mut raw::sk_buff; SPENT_SKBS],
+    n: usize,
+}
+
+/// Datagrams one round keeps for freeing at its end (a ping-pong's round has one).
+const SPENT_SKBS: usize = 4;
+
+impl SpentSkbs {
+    fn new() -> Self {
+        SpentSkbs { skbs: [core::ptr::null_mut(); SPENT_SKBS], n: 0 }
+    }
+
+    /// Takes `skb` to free.
+    ///
+    /// # Safety
+    ///
+    /// `skb` is a live skb the caller owns and no longer refers to.
+    unsafe fn push(&mut self, skb: *mut raw::sk_buff) {
+        match self.skbs.get_mut(self.n) {
+            Some(slot) => {
+                *slot = skb;
+                self.n += 1;
+            }
+            // SAFETY: Per the contract we own `skb`.
+            None => unsafe { raw::mrc_kfree_skb(skb) },
+        }
+    }
+}
+
+impl Drop for SpentSkbs {
+    fn drop(&mut self) {
+        for &skb in self.skbs.get(..self.n).unwrap_or(&[]) {
+            // SAFETY: Per the type invariant a live skb we own, freed once (the
+            // list ends here).
+            unsafe { raw::mrc_kfree_skb(skb) };
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------
