@@ -390,3 +390,45 @@ fn black_holes_among_stalling_paths_time_out_at_any_phase() {
     }
     println!("black holes among stalling paths: detected within {worst} ns");
 }
+
+/// `ib_read_bw -q 4` on one connection: 64 KiB READs of 16 packets each, 32 in
+/// flight, through duplication and reordering (and, for some seeds, loss): every
+/// READ completes in order with its data, and no response is refused as invalid.
+#[test]
+fn many_large_reads_in_flight() {
+    for seed in 0..8u64 {
+        let loss = [0, 0, 5_000, 20_000][(seed % 4) as usize];
+        let r = reads(loss, 5_000, 100_000, 3_000, 200, 64 << 10, 32, 500 + seed, |c| {
+            c.num_paths = 8;
+            c.mtu = 4096;
+        });
+        println!("seed {seed} loss {loss}: {} in {} us, responder retx {}, requester rx_invalid {}",
+            r.completed, r.ns / 1000, r.retx_responder, r.rx_invalid_requester);
+        assert!(r.completed == 200 && r.data_ok, "seed {seed} loss {loss}: {r:#?}");
+        assert_eq!(r.rx_invalid_requester, 0, "seed {seed} loss {loss}: {r:#?}");
+    }
+}
+
+/// [`many_large_reads_in_flight`] with the kernel driver's timers (RTO floors of
+/// 10 and 50 ms, 500 us ACK delay and first RTT) and reordering by up to 2 ms, as a
+/// loaded emulated guest delays packets.
+#[test]
+fn many_large_reads_in_flight_with_the_drivers_timers() {
+    use metaroce_proto::Duration;
+    for seed in 0..6u64 {
+        let loss = [0, 0, 10_000][(seed % 3) as usize];
+        let r = reads(loss, 5_000, 200_000, 2_000_000, 200, 64 << 10, 32, 600 + seed, |c| {
+            c.num_paths = 8;
+            c.mtu = 4096;
+            c.ack_delay = Duration::from_micros(500);
+            c.initial_rtt = Duration::from_micros(500);
+            c.min_path_rto = Duration::from_millis(10);
+            c.min_rto = Duration::from_millis(50);
+            c.max_rto = Duration::from_millis(500);
+        });
+        println!("seed {seed} loss {loss}: {} in {} us, responder retx {}, requester rx_invalid {}",
+            r.completed, r.ns / 1000, r.retx_responder, r.rx_invalid_requester);
+        assert!(r.completed == 200 && r.data_ok, "seed {seed} loss {loss}: {r:#?}");
+        assert_eq!(r.rx_invalid_requester, 0, "seed {seed} loss {loss}: {r:#?}");
+    }
+}

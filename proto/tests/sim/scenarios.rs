@@ -989,3 +989,80 @@ pub fn request_response(loss_ppm: u64, rounds: usize, seed: u64) -> RequestRespo
     res.responder = Some(*n.eps[b].conn.stats());
     res
 }
+
+#[derive(Debug, Clone, Default)]
+pub struct ReadsResult {
+    pub completed: u64,
+    pub data_ok: bool,
+    pub ns: u64,
+    pub retx_responder: u64,
+    pub rx_invalid_requester: u64,
+    pub errors: Vec<String>,
+}
+
+/// `nreads` READs of `len` bytes each (many packets at the configured MTU) from a
+/// 256 KiB region, `outstanding` posted at a time, as `ib_read_bw` posts them:
+/// every one must complete in order with its data.
+pub fn reads(
+    loss_ppm: u64,
+    dup_ppm: u64,
+    reorder_ppm: u64,
+    reorder_ns: u64,
+    nreads: u64,
+    len: u32,
+    outstanding: u64,
+    seed: u64,
+    tweak: impl Fn(&mut Config),
+) -> ReadsResult {
+    let mut n = net(2, seed);
+    n.impair_fabric(|l| {
+        l.loss_ppm = loss_ppm;
+        l.dup_ppm = dup_ppm;
+        l.reorder_ppm = reorder_ppm;
+        l.reorder_ns = reorder_ns;
+    });
+    let (a, b) = n.connect(0, 1, 0x51, 0x62, tweak);
+    let src = pattern(4242, 256 << 10);
+    n.eps[b].mem.m.add_region(0x88, 0x200_0000, 256 << 10);
+    n.eps[b].mem.m.regions.get_mut(&0x88).unwrap().1.copy_from_slice(&src);
+    let mut res = ReadsResult { data_ok: true, ..Default::default() };
+    let (mut posted, mut completed) = (0u64, 0u64);
+    let limit = 4_000_000_000;
+    let offs = |i: u64| (i * 4096) % ((256 << 10) - u64::from(len) + 1);
+    while completed < nreads && n.now < limit {
+        while posted < nreads && posted - completed < outstanding {
+            n.eps[a].mem.m.local.remove(&posted);
+            let wr = SendWr::read(posted, len, 0x200_0000 + offs(posted), 0x88);
+            if n.eps[a].conn.post_send(wr).is_err() {
+                break;
+            }
+            posted += 1;
+        }
+        if !n.step(limit) {
+            break;
+        }
+        let comps: Vec<_> = n.eps[a].completions.drain(..).collect();
+        for (_, c) in comps {
+            if c.wr_id != completed || c.status != WcStatus::Success {
+                if res.errors.len() < 10 {
+                    res.errors.push(format!("completion {c:?}, expected wr {completed}"));
+                }
+                res.data_ok = false;
+            }
+            let got = n.eps[a].mem.m.local.get(&c.wr_id).cloned().unwrap_or_default();
+            let o = offs(c.wr_id) as usize;
+            if got.len() < len as usize || got[..len as usize] != src[o..o + len as usize] {
+                res.data_ok = false;
+                if res.errors.len() < 10 {
+                    res.errors.push(format!("read {} data mismatch", c.wr_id));
+                }
+            }
+            completed += 1;
+        }
+    }
+    res.completed = completed;
+    res.ns = n.now;
+    res.retx_responder = n.eps[b].conn.stats().tx_retx;
+    res.rx_invalid_requester = n.eps[a].conn.stats().rx_invalid;
+    res
+}
