@@ -898,6 +898,13 @@ impl Engine {
         put(c"rnr_naks", st.rnr_naks);
         put(c"repaths", st.repaths);
         put(c"rx_invalid", st.rx_invalid);
+        put(c"rx_beyond_window", st.rx_beyond_window);
+        put(c"rx_acks_beyond_sent", st.rx_acks_beyond_sent);
+        let (snd_una, snd_nxt, rcv_nxt, derived_pending) = c.tsn_state();
+        put(c"snd_una", u64::from(snd_una));
+        put(c"snd_nxt", u64::from(snd_nxt));
+        put(c"rcv_nxt", u64::from(rcv_nxt));
+        put(c"peer_tsn_derivable", u64::from(derived_pending));
         put(c"idle", u64::from(c.is_idle()));
         // 1 when the connection's in-flight bookkeeping is consistent (diagnostics).
         put(c"invariants_ok", u64::from(c.check_invariants().is_ok()));

@@ -268,6 +268,12 @@ pub struct Stats {
     /// routes datagrams on their headers alone ([`PacketRepr::route`])
     /// counts its malformed ones from this.
     pub rx_malformed: u64,
+    /// Of `rx_invalid`, data packets whose TSN lies a window or more beyond the
+    /// next one expected (MR-5.2.4).
+    pub rx_beyond_window: u64,
+    /// Of `rx_invalid`, acknowledgements (alone or carried) whose cumulative TSN
+    /// is beyond what was sent, ignored (MR-5.2.3, MR-9.3.1).
+    pub rx_acks_beyond_sent: u64,
     /// Duplicate data packets received.
     pub rx_dup: u64,
     /// Losses declared by SACK/RACK.
@@ -1012,6 +1018,13 @@ impl Connection {
         &self.stats
     }
 
+    /// Sequence state, for diagnostics: the oldest unacknowledged TSN sent, the
+    /// next TSN to send, the next TSN expected from the peer, and whether the
+    /// peer's QPN-derived TSN may still be adopted (MR-7.1.5).
+    pub fn tsn_state(&self) -> (u32, u32, u32, bool) {
+        (self.snd_una, self.snd_nxt, self.rcv_nxt, self.cfg.accept_derived_peer_tsn)
+    }
+
     /// Diagnostics for path `p`.
     pub fn path_info(&self, p: usize) -> Option<PathInfo> {
         let path = self.paths.get(p)?;
@@ -1409,6 +1422,7 @@ impl Connection {
         if d >= WINDOW {
             // Spec: MR-5.2.4, MR-9.4.2 — beyond the window: drop silently.
             self.stats.rx_invalid += 1;
+            self.stats.rx_beyond_window += 1;
             return;
         }
         if self.cfg.recovery == Recovery::GoBackN && d != 0 {
@@ -1985,6 +1999,19 @@ impl Connection {
     /// path named by `EchoPth` (MR-3.5.1, MR-8.2.1), which `handle_datagram`
     /// has checked is one of our send paths.
     fn on_ack<M: Memory>(&mut self, now: u64, p: usize, a: &AckRepr, mem: &mut M) {
+        // Spec: MR-5.2.3, MR-9.3.1 — an ACK whose cumulative TSN is beyond what
+        // was sent is not from this connection's peer as it is now: a packet of an
+        // earlier QP that had the same number (QP numbers are reused, and the
+        // same QPN pair derives the same TSNs, MR-7.1.5), a peer that has not yet
+        // adopted our derived TSN, or a forgery. Ignored whole: taken as
+        // acknowledging everything sent, it released packets the peer never got,
+        // which the peer then waited for while refusing the later ones as beyond
+        // its window, until the connection failed.
+        if seq_lt(self.snd_nxt, a.cum_tsn) {
+            self.stats.rx_invalid += 1;
+            self.stats.rx_acks_beyond_sent += 1;
+            return;
+        }
         // Spec: MR-3.5.1 — ACK state is per path; the echo path names it.
         let e = (a.echo_path as usize) % MAX_PATHS;
         self.last_ack = now;
@@ -2060,13 +2087,10 @@ impl Connection {
             }
             self.refresh_timed(e);
         }
-        // Cumulative and selective acknowledgement (MR-5.2.3).
+        // Cumulative and selective acknowledgement (MR-5.2.3); the cumulative
+        // TSN is at most `snd_nxt` (checked above).
         let mut progress = false;
-        let cum = if seq_lt(self.snd_nxt, a.cum_tsn) {
-            self.snd_nxt
-        } else {
-            a.cum_tsn
-        };
+        let cum = a.cum_tsn;
         while seq_lt(self.snd_una, cum) {
             let t = self.snd_una;
             progress |= self.ack_pkt(now, t, e);
@@ -3619,7 +3643,7 @@ mod size_tests {
             assert_eq!(core::mem::size_of::<MsgSlot>(), 144);
             assert_eq!(core::mem::size_of::<SqEntry>(), 80);
             assert_eq!(core::mem::size_of::<Path>(), 184);
-            assert_eq!(core::mem::size_of::<Connection>(), 28_176);
+            assert_eq!(core::mem::size_of::<Connection>(), 28_192);
         }
     }
 }
