@@ -1038,11 +1038,8 @@ pub fn reads(
             }
             posted += 1;
         }
-        if !n.step(limit) {
-            break;
-        }
-        let comps: Vec<_> = n.eps[a].completions.drain(..).collect();
-        for (_, c) in comps {
+        let Some(comps) = step_then_completions(&mut n, a, limit) else { break };
+        for c in comps {
             if c.wr_id != completed || c.status != WcStatus::Success {
                 if res.errors.len() < 10 {
                     res.errors.push(format!("completion {c:?}, expected wr {completed}"));
@@ -1065,4 +1062,10 @@ pub fn reads(
     res.retx_responder = n.eps[b].conn.stats().tx_retx;
     res.rx_invalid_requester = n.eps[a].conn.stats().rx_invalid;
     res
+}
+
+/// One step of the network, then what completed at endpoint `ep` since the last
+/// call; `None` once nothing moves.
+fn step_then_completions(n: &mut Net, ep: usize, limit: u64) -> Option<Vec<metaroce_proto::Completion>> {
+    n.step(limit).then(|| n.eps[ep].completions.drain(..).map(|(_, c)| c).collect())
 }
