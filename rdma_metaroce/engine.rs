@@ -724,9 +724,10 @@ impl Engine {
 
     /// The connection configuration for the verbs attributes in `p`.
     fn config_for(&self, p: &ConnectParams) -> Config {
-        // Spec: MR-7.1.5 — without an sq_psn, send from the QPN-derived TSN; and
-        // accept a peer that had to do the same.
-        let first = p.sq_psn.unwrap_or_else(|| proto::qpn_derived_tsn(self.qpn, p.remote_qpn));
+        // Spec: MR-7.1.5 — without an sq_psn, send from the TSN derived from the
+        // QPNs and the peer's own initial TSN (our rq_psn); and accept a peer
+        // that had to do the same.
+        let first = p.sq_psn.unwrap_or_else(|| proto::qpn_derived_tsn(self.qpn, p.remote_qpn, p.rq_psn));
         let mut cfg = Config::new(self.qpn, p.remote_qpn, first, p.rq_psn);
         cfg.accept_derived_peer_tsn = true;
         cfg.uc = self.ty == QpType::Uc;

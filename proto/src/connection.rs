@@ -99,7 +99,7 @@ pub struct Config {
     /// First TSN the peer sends.
     pub peer_initial_tsn: u32,
     /// Also accept, until the first packet from the peer is accepted, a peer that
-    /// starts at [`qpn_derived_tsn`]`(remote_qpn, local_qpn)`: a responder-only
+    /// starts at [`qpn_derived_tsn`]`(remote_qpn, local_qpn, initial_tsn)`: a responder-only
     /// peer that never learnt its `sq_psn` (MR-7.1.5).
     pub accept_derived_peer_tsn: bool,
     /// Payload bytes per packet ([`MIN_MTU`]..=[`MAX_MTU`]).
@@ -191,16 +191,24 @@ impl Config {
 
 /// The initial TSN of the sends of a QP that was never given one (verbs: a QP
 /// left in RTR, whose `sq_psn` is only set on the way to RTS, but which sends
-/// READ and atomic responses). Both ends can compute it from the QP numbers
-/// (MR-7.1.5). Predictable, unlike a random `sq_psn`: used only then.
-pub fn qpn_derived_tsn(sender_qpn: u32, receiver_qpn: u32) -> u32 {
-    let mut x = (u64::from(sender_qpn & 0x00ff_ffff) << 24) | u64::from(receiver_qpn & 0x00ff_ffff);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    x ^= x >> 33;
-    x as u32
+/// READ and atomic responses). Both ends can compute it from the QP numbers and
+/// the initial TSN of the receiver's own sends, which the sender was told as its
+/// peer's (verbs: its `rq_psn`) (MR-7.1.5). Predictable, unlike a random
+/// `sq_psn`: used only then. The receiver's TSN is mixed in because QP numbers
+/// are reused: a new requester picks a new initial TSN, so the responses of an
+/// earlier responder with the same numbers start elsewhere and its stragglers
+/// miss the new window.
+pub fn qpn_derived_tsn(sender_qpn: u32, receiver_qpn: u32, receiver_initial_tsn: u32) -> u32 {
+    /// MurmurHash3's 64-bit finaliser, a bijection that spreads every input bit.
+    fn fmix64(mut x: u64) -> u64 {
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        x ^ (x >> 33)
+    }
+    let pair = (u64::from(sender_qpn & 0x00ff_ffff) << 24) | u64::from(receiver_qpn & 0x00ff_ffff);
+    fmix64(fmix64(pair) ^ u64::from(receiver_initial_tsn)) as u32
 }
 
 /// Transport state of the QP (MR-7.2.1).
@@ -1401,7 +1409,7 @@ impl Connection {
             && self.rcv_nxt == self.cfg.peer_initial_tsn
             && self.rcv_bits.is_empty()
         {
-            let derived = qpn_derived_tsn(self.cfg.remote_qpn, self.cfg.local_qpn);
+            let derived = qpn_derived_tsn(self.cfg.remote_qpn, self.cfg.local_qpn, self.cfg.initial_tsn);
             if base.tsn.wrapping_sub(derived) < WINDOW {
                 self.rcv_nxt = derived;
                 self.cfg.peer_initial_tsn = derived;

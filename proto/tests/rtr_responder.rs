@@ -27,7 +27,7 @@ fn pair(allow: bool) -> (Connection, Connection, VecMemory, VecMemory) {
     let mut ca = Config::new(0x10, 0x20, 1000, 0x00ab_cdef);
     ca.accept_derived_peer_tsn = allow;
     ca.mtu = 1024;
-    let mut cb = Config::new(0x20, 0x10, qpn_derived_tsn(0x20, 0x10), 1000);
+    let mut cb = Config::new(0x20, 0x10, qpn_derived_tsn(0x20, 0x10, 1000), 1000);
     cb.mtu = 1024;
     let (mut ma, mut mb) = (VecMemory::new(), VecMemory::new());
     mb.add_region(0x77, 0x1000, 4096);
@@ -60,11 +60,67 @@ fn without_the_allowance_responses_from_elsewhere_are_not_accepted() {
 }
 
 #[test]
-fn derived_tsns_differ_by_direction_and_pair() {
-    assert_ne!(qpn_derived_tsn(1, 2), qpn_derived_tsn(2, 1));
-    assert_ne!(qpn_derived_tsn(1, 2), qpn_derived_tsn(1, 3));
+fn derived_tsns_differ_by_direction_pair_and_requester_tsn() {
+    assert_ne!(qpn_derived_tsn(1, 2, 7), qpn_derived_tsn(2, 1, 7));
+    assert_ne!(qpn_derived_tsn(1, 2, 7), qpn_derived_tsn(1, 3, 7));
+    assert_ne!(qpn_derived_tsn(1, 2, 7), qpn_derived_tsn(1, 2, 8));
     // Only the 24-bit QPNs matter.
-    assert_eq!(qpn_derived_tsn(0xff00_0001, 2), qpn_derived_tsn(1, 2));
+    assert_eq!(qpn_derived_tsn(0xff00_0001, 2, 7), qpn_derived_tsn(1, 2, 7));
+}
+
+/// The example of MR-7.1.5, worked through: sender 0x000123, receiver 0x000456,
+/// receiver's initial TSN 0x00abcdef.
+#[test]
+fn the_specification_example() {
+    assert_eq!(qpn_derived_tsn(0x123, 0x456, 0x00ab_cdef), SPEC_EXAMPLE);
+}
+const SPEC_EXAMPLE: u32 = 0x4cbd_af76;
+
+#[test]
+fn responses_of_an_earlier_responder_with_the_same_numbers_are_refused() {
+    // QP numbers are reused. A READ responder left in RTR, destroyed with a
+    // response still in the network, and a new pair with the same QPNs whose
+    // requester chose another initial TSN (as every verbs program does): the
+    // straggler must not be taken as the new responder's answer (MR-7.1.5).
+    let (mut old_a, mut old_b, mut old_ma, mut old_mb) = pair(true);
+    old_mb.regions.get_mut(&0x77).unwrap().1.fill(0xee);
+    old_a.post_send(SendWr::read(1, 3000, 0x1000, 0x77)).unwrap();
+    let mut buf = vec![0u8; old_a.max_packet_len().max(old_b.max_packet_len())];
+    let now = Instant(0);
+    while let Some(t) = old_a.poll_transmit(now, &mut buf, &mut old_ma) {
+        old_b.handle_datagram(now, t.src_port, false, &buf[..t.len], &mut old_mb);
+    }
+    let mut stragglers = vec![];
+    while let Some(t) = old_b.poll_transmit(now, &mut buf, &mut old_mb) {
+        stragglers.push((t.src_port, buf[..t.len].to_vec()));
+    }
+    assert!(!stragglers.is_empty(), "the old responder answered nothing");
+
+    // The new pair: same QPNs, the requester starts at 5000 instead of 1000.
+    let mut ca = Config::new(0x10, 0x20, 5000, 0x00ab_cdef);
+    ca.accept_derived_peer_tsn = true;
+    ca.mtu = 1024;
+    let mut cb = Config::new(0x20, 0x10, qpn_derived_tsn(0x20, 0x10, 5000), 5000);
+    cb.mtu = 1024;
+    let (mut a, mut b) = (Connection::new(ca), Connection::new(cb));
+    let (mut ma, mut mb) = (VecMemory::new(), VecMemory::new());
+    mb.add_region(0x77, 0x1000, 4096);
+    mb.regions.get_mut(&0x77).unwrap().1.fill(0x11);
+    ma.set_local(1, vec![0; 3000]);
+    a.post_send(SendWr::read(1, 3000, 0x1000, 0x77)).unwrap();
+    while a.poll_transmit(now, &mut buf, &mut ma).is_some() {}
+    for (port, p) in &stragglers {
+        a.handle_datagram(now, *port, false, p, &mut ma);
+    }
+    assert!(a.poll_completion().is_none(), "the old responder's answer completed the new READ");
+    assert!(ma.local[&1].iter().all(|&b| b == 0), "the old responder's data was placed");
+    // Refused by their TSNs: behind the window (taken as duplicates) or beyond it.
+    assert_eq!(a.stats().rx_dup + a.stats().rx_beyond_window, stragglers.len() as u64);
+    // The new responder's own answer is still taken.
+    shuttle(&mut a, &mut b, &mut ma, &mut mb);
+    let c = a.poll_completion().expect("the new READ completes");
+    assert_eq!((c.wr_id, c.status), (1, WcStatus::Success));
+    assert!(ma.local[&1].iter().all(|&b| b == 0x11));
 }
 
 #[test]
