@@ -999,7 +999,9 @@ unsafe fn hand_in(
     }
     // Only a connection takes pieces in place; a UD datagram is copied whole.
     if eng.takes_pieces() && later.wants(d.len()) {
-        later.open(skb, &d);
+        // SAFETY: We own `skb` (our contract), whose payload `d` is; on `Held`
+        // our caller leaves it to `later`.
+        unsafe { later.open(skb, &d) };
     }
     // Given even when it takes nothing: the engine asks it whether every copy is
     // made (a message is delivered only then).
@@ -1010,25 +1012,61 @@ unsafe fn hand_in(
     later.close(refused)
 }
 
-/// Received datagrams a run has handed in completely, freed when the run's round
-/// ends (on drop): freeing one (the skb, its data, their slabs) is then not on the
-/// way to the completion it carried, which the round publishes first. Up to
-/// `SPENT_SKBS` wait; more are freed at once, so nothing is allocated for them.
+/// Up to `N` received skbs owned together, freed when the list is dropped.
 ///
 /// # Invariants
 ///
 /// `skbs[..n]` are live skbs this list owns.
-struct SpentSkbs {
-    skbs: [*mut raw::sk_buff; SPENT_SKBS],
+struct OwnedSkbs<const N: usize> {
+    skbs: [*mut raw::sk_buff; N],
     n: usize,
 }
+
+impl<const N: usize> OwnedSkbs<N> {
+    const fn new() -> Self {
+        OwnedSkbs { skbs: [core::ptr::null_mut(); N], n: 0 }
+    }
+
+    /// Whether the list holds `N` skbs.
+    fn is_full(&self) -> bool {
+        self.n == N
+    }
+
+    /// Takes `skb`, or gives it back when the list is full.
+    ///
+    /// # Safety
+    ///
+    /// `skb` is a live skb the caller owns; once taken, the list owns it.
+    unsafe fn push(&mut self, skb: *mut raw::sk_buff) -> core::result::Result<(), *mut raw::sk_buff> {
+        let slot = self.skbs.get_mut(self.n).ok_or(skb)?;
+        *slot = skb;
+        self.n += 1;
+        Ok(())
+    }
+}
+
+impl<const N: usize> Drop for OwnedSkbs<N> {
+    fn drop(&mut self) {
+        for &skb in self.skbs.get(..self.n).unwrap_or(&[]) {
+            // SAFETY: Per the type invariant a live skb we own, freed once (the
+            // list ends here).
+            unsafe { raw::mrc_kfree_skb(skb) };
+        }
+    }
+}
+
+/// Received datagrams a run has handed in completely, freed when the run's round
+/// ends (on drop): freeing one (the skb, its data, their slabs) is then not on the
+/// way to the completion it carried, which the round publishes first. Up to
+/// `SPENT_SKBS` wait; more are freed at once, so nothing is allocated for them.
+struct SpentSkbs(OwnedSkbs<SPENT_SKBS>);
 
 /// Datagrams one round keeps for freeing at its end (a ping-pong's round has one).
 const SPENT_SKBS: usize = 4;
 
 impl SpentSkbs {
     fn new() -> Self {
-        SpentSkbs { skbs: [core::ptr::null_mut(); SPENT_SKBS], n: 0 }
+        SpentSkbs(OwnedSkbs::new())
     }
 
     /// Takes `skb` to free.
@@ -1037,22 +1075,9 @@ impl SpentSkbs {
     ///
     /// `skb` is a live skb the caller owns and no longer refers to.
     unsafe fn push(&mut self, skb: *mut raw::sk_buff) {
-        match self.skbs.get_mut(self.n) {
-            Some(slot) => {
-                *slot = skb;
-                self.n += 1;
-            }
-            // SAFETY: Per the contract we own `skb`.
-            None => unsafe { raw::mrc_kfree_skb(skb) },
-        }
-    }
-}
-
-impl Drop for SpentSkbs {
-    fn drop(&mut self) {
-        for &skb in self.skbs.get(..self.n).unwrap_or(&[]) {
-            // SAFETY: Per the type invariant a live skb we own, freed once (the
-            // list ends here).
+        // SAFETY: Per the contract we own `skb`.
+        if let Err(skb) = unsafe { self.0.push(skb) } {
+            // SAFETY: Given back, so still ours, and no longer referred to.
             unsafe { raw::mrc_kfree_skb(skb) };
         }
     }
@@ -1094,14 +1119,13 @@ struct LaterCopy {
 /// # Invariants
 ///
 /// Each of `copies[..n]` reads `len` bytes at `src` inside the payload of one of
-/// `skbs[..n_skbs]`, which this list owns (frees on drop) and nothing modifies;
+/// `skbs`, which this list owns (frees on drop) and nothing modifies;
 /// `open` holds the payload ranges of the datagram being handed in (`skb`, not yet
 /// in `skbs`), and `push` takes only bytes inside them.
 pub(crate) struct LaterCopies {
     copies: [core::mem::MaybeUninit<LaterCopy>; LATER_COPIES],
     n: usize,
-    skbs: [*mut raw::sk_buff; LATER_SKBS],
-    n_skbs: usize,
+    skbs: OwnedSkbs<LATER_SKBS>,
     /// The datagram being handed in: its payload's pieces and the copies before it.
     open: Option<OpenDatagram>,
     /// The accessor every copy of this run is made as (one QP's).
@@ -1133,8 +1157,7 @@ impl LaterCopies {
         LaterCopies {
             copies: [const { core::mem::MaybeUninit::uninit() }; LATER_COPIES],
             n: 0,
-            skbs: [core::ptr::null_mut(); LATER_SKBS],
-            n_skbs: 0,
+            skbs: OwnedSkbs::new(),
             open: None,
             by: None,
             min: *crate::module_parameters::unlocked_copy_bytes.value() as usize,
@@ -1155,7 +1178,7 @@ impl LaterCopies {
 
     /// Room for all the copies of one more datagram, however many pieces it has.
     fn has_room(&self) -> bool {
-        self.min > 0 && self.n + MAX_PIECES + 1 <= LATER_COPIES && self.n_skbs < LATER_SKBS
+        self.min > 0 && self.n + MAX_PIECES + 1 <= LATER_COPIES && !self.skbs.is_full()
     }
 
     /// Whether `data` may be left for later: at least `unlocked_copy_bytes`, room
@@ -1182,7 +1205,12 @@ impl LaterCopies {
     }
 
     /// Notes the datagram `skb` with payload `d` as the one being handed in.
-    fn open(&mut self, skb: *mut raw::sk_buff, d: &UdpPayload<'_>) {
+    ///
+    /// # Safety
+    ///
+    /// `skb` is a live skb the caller owns, whose payload `d` describes; when
+    /// [`Self::close`] then answers [`Handed::Held`], the list owns it.
+    unsafe fn open(&mut self, skb: *mut raw::sk_buff, d: &UdpPayload<'_>) {
         let mut o = OpenDatagram { skb, ranges: [(0, 0); MAX_PIECES + 1], n_ranges: 1, mark: self.n };
         o.ranges[0] = (d.first.as_ptr() as usize, d.first.len());
         for p in d.pieces.iter().filter(|p| !p.data.is_null()) {
@@ -1209,10 +1237,18 @@ impl LaterCopies {
         if self.n == o.mark {
             return Handed::Done;
         }
-        // `has_room` was checked before the datagram was handed in.
-        self.skbs[self.n_skbs] = o.skb;
-        self.n_skbs += 1;
-        Handed::Held
+        // SAFETY: Per `open`'s contract the caller owns the datagram and hands it
+        // over by our answering `Held` (`has_room` was checked before it was
+        // handed in, so the list takes it).
+        match unsafe { self.skbs.push(o.skb) } {
+            Ok(()) => Handed::Held,
+            // Not reached (room was checked): the caller's again, copies and all
+            // forgotten, as if refused.
+            Err(_) => {
+                self.n = o.mark;
+                Handed::Refused
+            }
+        }
     }
 
     /// Makes the copies, each after checking its access again; returns how many
@@ -1234,15 +1270,6 @@ impl LaterCopies {
         }
         self.n = 0;
         (made - failed, failed)
-    }
-}
-
-impl Drop for LaterCopies {
-    fn drop(&mut self) {
-        for &skb in &self.skbs[..self.n_skbs] {
-            // SAFETY: The list owns these skbs (type invariant); freed once here.
-            unsafe { raw::mrc_kfree_skb(skb) };
-        }
     }
 }
 
