@@ -4,6 +4,14 @@
 //! tables (allocated with the device, so no allocation happens later), and mixes a
 //! random per-device salt into every identifier so that they are not predictable
 //! (spec: security considerations) while lookup stays a table index.
+//!
+//! Slots are handed out in turn, not lowest first (spec MR-7.5.1 and MR-9.1.2:
+//! QPNs are not reused quickly): an identifier just freed is the last to be
+//! handed out again. A peer may still have packets of a QP in the
+//! network, or an rkey, after the QP or region is gone; with the lowest free slot
+//! first, the next QP or region (one test run after another) got the very same
+//! number and would be the one those packets or that key reached (as a late ACK
+//! did, spec MR-5.2.3). In turn, that takes as many creations as there are slots.
 
 use kernel::new_spinlock;
 use kernel::prelude::*;
@@ -24,9 +32,16 @@ pub(crate) struct IdTable {
     layout: Layout,
     salt: u32,
     reserved: u32,
-    /// Slot occupancy, fixed size.
+    /// Slot occupancy (fixed size) and the slot to look at first.
     #[pin]
-    used: SpinLock<KVec<bool>>,
+    slots: SpinLock<Slots>,
+}
+
+/// What [`IdTable::slots`] guards.
+struct Slots {
+    used: KVec<bool>,
+    /// Where the next search for a free slot starts: after the last one handed out.
+    next: usize,
 }
 
 impl IdTable {
@@ -48,11 +63,12 @@ impl IdTable {
             Layout::Qpn => (random & 0x3ff).min(0x3fe),
             Layout::Key => random & 0xff,
         };
+        let first = reserved as usize;
         Ok(try_pin_init!(Self {
             layout,
             salt,
             reserved,
-            used <- new_spinlock!(used, "metaroce_ids"),
+            slots <- new_spinlock!(Slots { used, next: first }, "metaroce_ids"),
         }? Error))
     }
 
@@ -77,9 +93,17 @@ impl IdTable {
 
     /// A free identifier, or `ENOMEM` when the table is full.
     pub(crate) fn alloc(&self) -> Result<u32> {
-        let mut used = self.used.lock();
-        let slot = used.iter().position(|u| !*u).ok_or(ENOMEM)?;
-        used[slot] = true;
+        let mut guard = self.slots.lock();
+        let s = &mut *guard;
+        let (before, after) = s.used.split_at(s.next.min(s.used.len()));
+        let slot = match after.iter().position(|u| !*u) {
+            Some(i) => s.next + i,
+            None => before.iter().position(|u| !*u).ok_or(ENOMEM)?,
+        };
+        s.used[slot] = true;
+        // The next search starts after it (and wraps to 0: reserved slots are
+        // never free, so they are passed over).
+        s.next = slot + 1;
         Ok(self.compose(slot as u32))
     }
 
@@ -89,7 +113,7 @@ impl IdTable {
         if slot < self.reserved as usize {
             return;
         }
-        if let Some(u) = self.used.lock().get_mut(slot) {
+        if let Some(u) = self.slots.lock().used.get_mut(slot) {
             *u = false;
         }
     }
@@ -107,11 +131,35 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!(a >> 14, 0x2a5);
         assert_eq!(t.slot_of(a), Some(2));
+        // A freed number comes back only after every other slot was handed out.
         t.free(a);
-        assert_eq!(t.alloc()?, a);
+        let c = t.alloc()?;
+        assert_ne!(c, a);
+        assert_eq!(t.slot_of(c), Some(4));
         // The last QPN of the all-ones salt would be the multicast QPN 0xFFFFFF.
         let t = KBox::pin_init(IdTable::new(Layout::Qpn, 1 << 14, 2, 0x3ff)?, GFP_KERNEL)?;
         assert_eq!(t.alloc()? >> 14, 0x3fe);
+        Ok(())
+    }
+
+    #[test]
+    fn identifiers_are_handed_out_in_turn_and_wrap_past_the_reserved() -> Result {
+        let t = KBox::pin_init(IdTable::new(Layout::Qpn, 5, 2, 0x11)?, GFP_KERNEL)?;
+        let ids = [t.alloc()?, t.alloc()?, t.alloc()?];
+        let slots = ids.map(|id| t.slot_of(id));
+        assert_eq!(slots, [Some(2), Some(3), Some(4)]);
+        assert_eq!(t.alloc(), Err(ENOMEM));
+        // Freed in the middle, then at the end: the search wraps past the
+        // reserved slots to the middle one first.
+        t.free(ids[1]);
+        t.free(ids[2]);
+        assert_eq!(t.slot_of(t.alloc()?), Some(3));
+        assert_eq!(t.slot_of(t.alloc()?), Some(4));
+        assert_eq!(t.alloc(), Err(ENOMEM));
+        // Reserved and foreign identifiers are not freed.
+        t.free(t.compose(0));
+        t.free(0x3f << 14 | 2);
+        assert_eq!(t.alloc(), Err(ENOMEM));
         Ok(())
     }
 

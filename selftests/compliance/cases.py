@@ -46,7 +46,10 @@ NOT_WIRE_TESTABLE = {
     "MR-5.6.4": "a rule for consumers (applications), not for the transport",
     "MR-7.1.5": "a QP left in RTR without an initial TSN is a verbs-driver state; the endpoint's "
                 "create_qp/connect always set both TSNs (core: proto/tests/rtr_responder.rs)",
-    "MR-7.5.1": "QPN reuse policy of the host (QPNs are chosen by the tester here)",
+    "MR-7.5.1": "QPN reuse policy of the host (QPNs are chosen by the tester here); kernel "
+                "target: metaroce_verbs.sh creates and destroys 64 QPs and finds no number "
+                "twice, and the KUnit case rdma_metaroce_ids.identifiers_are_handed_out_in_turn_"
+                "and_wrap_past_the_reserved",
     "MR-9.1.2": "QPN allocation is the host's (QPNs are chosen by the tester here)",
     "MR-9.2.4": "memory windows are bound through verbs, which the tester's DUT protocol does "
                 "not carry (kernel target: rdma-core's MWTest and test_qp_ex_rc_bind_mw bind, "

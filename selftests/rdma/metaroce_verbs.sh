@@ -77,6 +77,23 @@ from pyverbs.cq import CQ
 ctx = d.Context(name='mrc0'); pd = PD(ctx); cq = CQ(ctx, 32)
 import os; os._exit(0)
 PY
+# Spec MR-7.5.1: QP numbers are not reused quickly (late packets of a destroyed QP
+# must not reach the next one); the driver hands its slots out in turn.
+check "a QP number freed is not handed out again by the next creations (MR-7.5.1)" py <<'PY'
+import pyverbs.device as d
+from pyverbs_compat import e
+from pyverbs.pd import PD
+from pyverbs.cq import CQ
+from pyverbs.qp import QP, QPInitAttr, QPCap
+ctx = d.Context(name='mrc0'); pd = PD(ctx); cq = CQ(ctx, 8)
+attr = lambda: QPInitAttr(qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=QPCap(max_send_wr=1, max_recv_wr=1))
+seen = []
+for _ in range(64):
+    qp = QP(pd, attr())
+    seen.append(qp.qp_num)
+    qp.close()
+assert len(set(seen)) == len(seen), f"a QP number came back within 64 creations: {seen}"
+PY
 check "pyverbs: RC QP RESET->INIT->RTR->RTS with the peer's address; query_qp reports the attributes" py "$GID_A" <<'PY'
 import sys
 import pyverbs.device as d
