@@ -96,8 +96,8 @@ pub(crate) fn newlink(name: &CStr, ndev: &NetDev) -> Result {
         *d = *s;
     }
     // QPN slots 0 and 1 are the special QPs; key slot 0 is the local DMA lkey's.
-    let qpns = KBox::pin_init(IdTable::new(Layout::Qpn, crate::qp::MAX_QP, 2, ffi::random_u32())?, GFP_KERNEL)?;
-    let mr_keys = KBox::pin_init(IdTable::new(Layout::Key, MAX_MR, 1, ffi::random_u32())?, GFP_KERNEL)?;
+    let qpns = KBox::pin_init(IdTable::new(Layout::Qpn, crate::qp::MAX_QP, 2, ffi::random_u32(), ffi::random_u32())?, GFP_KERNEL)?;
+    let mr_keys = KBox::pin_init(IdTable::new(Layout::Key, MAX_MR, 1, ffi::random_u32(), ffi::random_u32())?, GFP_KERNEL)?;
     let data = DeviceData {
         node_guid_be: guid,
         netdev_name,

@@ -677,7 +677,7 @@ mod tests {
 
     #[test]
     fn access_checks_key_pd_rights_and_memory() -> Result {
-        let keys = KBox::pin_init(IdTable::new(crate::ids::Layout::Key, 16, 1, 0x5a)?, GFP_KERNEL)?;
+        let keys = KBox::pin_init(IdTable::new(crate::ids::Layout::Key, 16, 1, 0x5a, 0x3c3c)?, GFP_KERNEL)?;
         let t = KBox::pin_init(MrTable::new(16)?, GFP_KERNEL)?;
         let key = keys.alloc()?;
         t.insert(&keys, MrEntry { key, ..entry(0x1000, 0x100) })?;
@@ -720,7 +720,7 @@ mod tests {
 
     #[test]
     fn windows_grant_their_own_range_and_rights_to_remote_accesses() -> Result {
-        let keys = KBox::pin_init(IdTable::new(crate::ids::Layout::Key, 16, 1, 0x5a)?, GFP_KERNEL)?;
+        let keys = KBox::pin_init(IdTable::new(crate::ids::Layout::Key, 16, 1, 0x5a, 0x3c3c)?, GFP_KERNEL)?;
         let t = KBox::pin_init(MrTable::new(16)?, GFP_KERNEL)?;
         let (region, w1, w2) = windows_setup(&keys, &t)?;
         let (qp, peer) = (Accessor { pd: PdId(1), qp: QpId::new() }, Accessor { pd: PdId(1), qp: QpId::new() });
@@ -765,7 +765,7 @@ mod tests {
 
     #[test]
     fn binds_follow_the_verbs_rules() -> Result {
-        let keys = KBox::pin_init(IdTable::new(crate::ids::Layout::Key, 16, 1, 0x5a)?, GFP_KERNEL)?;
+        let keys = KBox::pin_init(IdTable::new(crate::ids::Layout::Key, 16, 1, 0x5a, 0x3c3c)?, GFP_KERNEL)?;
         let t = KBox::pin_init(MrTable::new(16)?, GFP_KERNEL)?;
         let (region, w1, w2) = windows_setup(&keys, &t)?;
         let qp = Accessor { pd: PdId(1), qp: QpId::new() };
