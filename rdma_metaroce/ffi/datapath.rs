@@ -1043,6 +1043,12 @@ impl<const N: usize> OwnedSkbs<N> {
         self.n += 1;
         Ok(())
     }
+
+    /// Gives back the skb taken last, which the caller owns again.
+    fn pop(&mut self) -> Option<*mut raw::sk_buff> {
+        self.n = self.n.checked_sub(1)?;
+        self.skbs.get(self.n).copied()
+    }
 }
 
 impl<const N: usize> Drop for OwnedSkbs<N> {
@@ -1120,8 +1126,8 @@ struct LaterCopy {
 ///
 /// Each of `copies[..n]` reads `len` bytes at `src` inside the payload of one of
 /// `skbs`, which this list owns (frees on drop) and nothing modifies;
-/// `open` holds the payload ranges of the datagram being handed in (`skb`, not yet
-/// in `skbs`), and `push` takes only bytes inside them.
+/// `open` holds the payload ranges of the datagram being handed in (the last of
+/// `skbs` until [`Self::close`]), and `push` takes only bytes inside them.
 pub(crate) struct LaterCopies {
     copies: [core::mem::MaybeUninit<LaterCopy>; LATER_COPIES],
     n: usize,
@@ -1136,7 +1142,6 @@ pub(crate) struct LaterCopies {
 
 /// See [`LaterCopies::open`].
 struct OpenDatagram {
-    skb: *mut raw::sk_buff,
     ranges: [(usize, usize); MAX_PIECES + 1],
     n_ranges: usize,
     mark: usize,
@@ -1204,14 +1209,21 @@ impl LaterCopies {
         true
     }
 
-    /// Notes the datagram `skb` with payload `d` as the one being handed in.
+    /// Notes the datagram `skb` with payload `d` as the one being handed in, and
+    /// takes it; with no room for it, opens nothing (no copy is then left for
+    /// later, see [`Self::takes`]).
     ///
     /// # Safety
     ///
-    /// `skb` is a live skb the caller owns, whose payload `d` describes; when
-    /// [`Self::close`] then answers [`Handed::Held`], the list owns it.
+    /// `skb` is a live skb the caller owns, whose payload `d` describes. The list
+    /// owns it from here, and [`Self::close`] gives it back unless it answers
+    /// [`Handed::Held`].
     unsafe fn open(&mut self, skb: *mut raw::sk_buff, d: &UdpPayload<'_>) {
-        let mut o = OpenDatagram { skb, ranges: [(0, 0); MAX_PIECES + 1], n_ranges: 1, mark: self.n };
+        // SAFETY: Per our contract the caller owns `skb` and hands it over.
+        if unsafe { self.skbs.push(skb) }.is_err() {
+            return;
+        }
+        let mut o = OpenDatagram { ranges: [(0, 0); MAX_PIECES + 1], n_ranges: 1, mark: self.n };
         o.ranges[0] = (d.first.as_ptr() as usize, d.first.len());
         for p in d.pieces.iter().filter(|p| !p.data.is_null()) {
             if let Some(r) = o.ranges.get_mut(o.n_ranges) {
@@ -1224,31 +1236,17 @@ impl LaterCopies {
 
     /// Ends the datagram handed in (opened or not): if the engine `refused` it,
     /// forgets its copies (it is handed in again, or resent); if it left any, holds
-    /// it.
+    /// it; otherwise gives it back to the caller.
     fn close(&mut self, refused: bool) -> Handed {
-        let open = self.open.take();
-        if refused {
-            if let Some(o) = open {
-                self.n = o.mark;
-            }
-            return Handed::Refused;
+        let handed = if refused { Handed::Refused } else { Handed::Done };
+        let Some(o) = self.open.take() else { return handed };
+        if !refused && self.n > o.mark {
+            return Handed::Held;
         }
-        let Some(o) = open else { return Handed::Done };
-        if self.n == o.mark {
-            return Handed::Done;
-        }
-        // SAFETY: Per `open`'s contract the caller owns the datagram and hands it
-        // over by our answering `Held` (`has_room` was checked before it was
-        // handed in, so the list takes it).
-        match unsafe { self.skbs.push(o.skb) } {
-            Ok(()) => Handed::Held,
-            // Not reached (room was checked): the caller's again, copies and all
-            // forgotten, as if refused.
-            Err(_) => {
-                self.n = o.mark;
-                Handed::Refused
-            }
-        }
+        self.n = o.mark;
+        // The datagram `open` took last: the caller's again.
+        self.skbs.pop();
+        handed
     }
 
     /// Makes the copies, each after checking its access again; returns how many
