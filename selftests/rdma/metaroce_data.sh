@@ -27,6 +27,14 @@ check "load rdma_metaroce" mrc_insmod
 vb_suite
 check "rmmod rdma_metaroce after the suite" rmmod rdma_metaroce
 
+# links_up [SUFFIX]: rdma link add on both hosts' veths, then their RoCE v2 GIDs
+# (VB_GID_A, VB_GID_B) once both have one.
+links_up() {
+    check "rdma link add $VB_DEV_A and $VB_DEV_B${1:-}" vb_links_add
+    check "both devices have their RoCE v2 GID" wait_for 10 vb_find_gids
+    vb_find_gids
+}
+
 # rc_mtu_case RC_MTU LINK_MTU MIN_AVG [ZERO_COPY [STEER [RPS [UNLOCKED]]]]: RC packets of up to RC_MTU
 # bytes on veths with LINK_MTU, the data checked end to end, and one ib_write_bw
 # direction (A sends data packets and no ACKs) whose packets must average more than
@@ -53,9 +61,7 @@ rc_mtu_case() {
     if [ "$rps" = 1 ]; then
         check "receive packet steering over every CPU on both veths" hosts_rps "$(all_cpus_mask)"
     fi
-    check "rdma link add $VB_DEV_A and $VB_DEV_B on $mtu_link-byte veths" vb_links_add
-    check "both devices have their RoCE v2 GID" wait_for 10 vb_find_gids
-    vb_find_gids
+    links_up " on $mtu_link-byte veths"
     vb_pingpong " with rc_mtu=$mtu_rc (64 KiB messages)" ibv_rc_pingpong -s 65536
     pk0=$(vb_counter "$VB_DEV_A" tx_packets) by0=$(vb_counter "$VB_DEV_A" tx_bytes)
     zc0=$(vb_counter "$VB_DEV_A" tx_zero_copy) st0=$(vb_counter "$VB_DEV_B" rx_steered)
@@ -123,9 +129,7 @@ reply_wait_case() {
     local wait_us rtt0 acks0 carried0 acks carried rtt
     check "load rdma_metaroce to measure a round trip (reply_wait_us=0)" mrc_insmod
     mk_hosts
-    check "rdma link add $VB_DEV_A and $VB_DEV_B" vb_links_add
-    check "both devices have their RoCE v2 GID" wait_for 10 vb_find_gids
-    vb_find_gids
+    links_up
     vb_perftest " with reply_wait_us=0" ib_send_lat -s 8
     rtt0=$(vb_round_trip_us)
     vb_links_del; rm_hosts
@@ -136,9 +140,7 @@ reply_wait_case() {
     ktap_diag "round trip without holding ${rtt0} us: reply_wait_us=$wait_us"
     check "load rdma_metaroce reply_wait_us=$wait_us" mrc_insmod reply_wait_us=$wait_us
     mk_hosts
-    check "rdma link add $VB_DEV_A and $VB_DEV_B" vb_links_add
-    check "both devices have their RoCE v2 GID" wait_for 10 vb_find_gids
-    vb_find_gids
+    links_up
     vb_pingpong " with reply_wait_us=$wait_us" ibv_rc_pingpong -s 64
     acks0=$(vb_counter "$VB_DEV_A" acks_sent) carried0=$(vb_counter "$VB_DEV_A" acks_piggybacked)
     vb_perftest " with reply_wait_us=$wait_us" ib_send_lat -s 8
@@ -172,9 +174,7 @@ lossy_request_response_case() {
     check "load rdma_metaroce rc_mtu=32768 for request/response under loss" mrc_insmod rc_mtu=32768
     mk_hosts
     ip -n hostA link set veth0 mtu 65535; ip -n hostB link set veth1 mtu 65535
-    check "rdma link add $VB_DEV_A and $VB_DEV_B" vb_links_add
-    check "both devices have their RoCE v2 GID" wait_for 10 vb_find_gids
-    vb_find_gids
+    links_up
     check "netem loss 1% on veth0 and veth1" \
         eval "tc -n hostA qdisc add dev veth0 root netem loss 1% && tc -n hostB qdisc add dev veth1 root netem loss 1%"
     tp0=$(vb_counter "$VB_DEV_A" tail_probes) pt0=$(vb_counter "$VB_DEV_A" path_timeouts)
