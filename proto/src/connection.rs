@@ -605,6 +605,10 @@ struct Job {
     pkts_total: u32,
     pkts_acked: u32,
     fully_sent: bool,
+    /// One of the requester's paths (the one whose packet delivered the
+    /// request): a NAK of the job names it (MR-3.2.6). The path a response
+    /// is sent on is one of ours, which the requester may not have.
+    req_path: u8,
     va: u64,
     orig: u64,
 }
@@ -620,6 +624,7 @@ impl Job {
         pkts_total: 0,
         pkts_acked: 0,
         fully_sent: false,
+        req_path: 0,
         va: 0,
         orig: 0,
     };
@@ -794,6 +799,9 @@ pub struct Connection {
     retries: u8,
     tlp_pending: bool,
     tlp_done: bool,
+    /// Spec: MR-5.5.4 — a probe asking for a delivery report went out and no
+    /// ACK has come since.
+    report_probe_unanswered: bool,
     rnr_until: u64,
     rnr_retries: u8,
     // Responder.
@@ -925,6 +933,7 @@ impl Connection {
             retries: 0,
             tlp_pending: false,
             tlp_done: false,
+            report_probe_unanswered: false,
             rnr_until: 0,
             rnr_retries: 0,
             rcv_nxt: cfg.peer_initial_tsn,
@@ -987,6 +996,7 @@ impl Connection {
         self.retries = 0;
         self.tlp_pending = false;
         self.tlp_done = false;
+        self.report_probe_unanswered = false;
         self.rnr_until = 0;
         self.rnr_retries = 0;
         self.rcv_nxt = cfg.peer_initial_tsn;
@@ -1773,6 +1783,7 @@ impl Connection {
                         j.rkey = s.rkey;
                         j.va = s.va;
                         j.len = s.msg_len;
+                        j.req_path = p as u8;
                         if op != Opcode::ReadReq {
                             // Spec: MR-5.6.1 — execute the atomic exactly once,
                             // keep the result in the replay cache.
@@ -2023,6 +2034,7 @@ impl Connection {
         // Spec: MR-3.5.1 — ACK state is per path; the echo path names it.
         let e = (a.echo_path as usize) % MAX_PATHS;
         self.last_ack = now;
+        self.report_probe_unanswered = false;
         let syn = a.syndrome.unwrap_or(Syndrome::Ack);
         // RTT sample from the echoed timestamp (MR-5.5.1); the base RTT takes one
         // per echoed packet (ACKs sent as older packets arrive late echo the same,
@@ -2738,14 +2750,26 @@ impl Connection {
     /// work incomplete: the ACK that reported its delivery may have been lost (a
     /// delivery that lagged its packets' acknowledgement is reported once).
     /// Probe an active path: the answer is an ACK, which carries the delivery
-    /// point. The wait backs off like the RTO and counts no retry.
+    /// point. The wait backs off like the RTO; it counts a retry only when the
+    /// previous probe went unanswered (a peer that answers is there and may
+    /// just be slow; one that does not may be gone, and the work must then fail
+    /// as MR-5.5.3's would, not wait for ever).
     fn ask_for_report(&mut self, now: u64) {
+        if self.report_probe_unanswered {
+            if self.retries >= self.cfg.retry_cnt {
+                let oldest = self.sq_head;
+                self.enter_error(Some((oldest, WcStatus::RetryExcErr)));
+                return;
+            }
+            self.retries += 1;
+        }
         let n = self.cfg.num_paths as usize;
         if let Some(q) = (0..n).find(|&q| {
             let p = &self.paths[q];
             p.status == PathStatus::Active && !p.probe_pending && p.probe_deadline == 0
         }) {
             self.paths[q].probe_pending = true;
+            self.report_probe_unanswered = true;
         }
         self.last_progress = now;
         self.rto_backoff = self.rto_backoff.saturating_add(1);
@@ -3339,12 +3363,15 @@ impl Connection {
                 return self.tx_faulted(tsn);
             }
             if let Err(e) = payload_res {
-                // Spec: MR-3.5.3 — the NAK names the READ request's packet.
+                // Spec: MR-3.5.3 — the NAK names the READ request's packet;
+                // MR-3.2.6 — and one of the requester's paths (not `q`, ours:
+                // a requester with fewer paths would drop it as invalid and
+                // wait for the response for ever).
                 let nak = PendingNak {
                     syndrome: mem_syndrome(e),
                     msn: j.msn,
                     tsn: j.req_tsn,
-                    path: q as u8,
+                    path: j.req_path,
                 };
                 if retx {
                     // Spec: MR-5.6.5 — the first transmission read the memory:
@@ -3354,7 +3381,7 @@ impl Connection {
                     // requester still waiting for it fails the READ. A NAK the
                     // receive side has pending (RNR, MR-9.4.3) stays pending.
                     self.stats.stale_read_naks += 1;
-                    return self.emit_ack(now, q, Some(nak), buf);
+                    return self.emit_ack(now, nak.path as usize, Some(nak), buf);
                 }
                 self.nak = Maybe::some(nak);
                 self.enter_error(None);

@@ -2205,3 +2205,80 @@ fn an_ack_from_an_earlier_qp_with_the_same_number_is_ignored() {
     assert_eq!((c[0].wr_id, c[0].status), (1, WcStatus::Success));
     assert_eq!(t.comps_b().len(), 1);
 }
+
+#[test]
+fn a_read_nak_reaches_a_requester_with_fewer_paths() {
+    // Spec: MR-3.2.6, MR-3.5.3 — the NAK of a READ the responder cannot serve
+    // names one of the requester's paths. B answers over 8 paths, A asks over
+    // one; a NAK sent with the path id of the response's own path (one of B's)
+    // was dropped by A as naming no path of its, and A waited for the response
+    // for ever (found by the `pair` fuzz driver). The READs before the bad one
+    // move B's choice of path round.
+    for good in 0..9u64 {
+        let mut t = Pair::new(|c| {
+            c.num_paths = if c.local_qpn == 1 { 1 } else { 8 };
+            c.peer_num_paths = if c.local_qpn == 1 { 8 } else { 1 };
+        });
+        for i in 0..good {
+            t.a.post_send(SendWr::read(i, 64, 0x1000, 0x77)).unwrap();
+        }
+        t.a.post_send(SendWr::read(99, 64, 0x1000 + (1 << 16), 0x77)).unwrap();
+        t.run(8);
+        let mut want: Vec<_> = (0..good).map(|i| (i, WcStatus::Success)).collect();
+        want.push((99, WcStatus::RemAccessErr));
+        let got: Vec<_> = t.comps_a().iter().map(|c| (c.wr_id, c.status)).collect();
+        assert_eq!(got, want, "after {good} good READs");
+        assert_eq!(t.a.state(), QpState::Error);
+    }
+}
+
+#[test]
+fn a_report_wait_fails_only_when_the_peer_stops_answering() {
+    // Spec: MR-5.5.4 — A's SEND is acknowledged but its delivery not reported
+    // (B's copies are still under way, MR-10.1.3).
+    let setup = || {
+        let mut t = Pair::new(|c| c.retry_cnt = 3);
+        t.ma.set_local(1, vec![1; 10]);
+        t.mb.set_recv(60, 100);
+        t.b.post_recv(RecvWr { wr_id: 60, len: 100 }).unwrap();
+        t.a.post_send(SendWr::send(1, 10)).unwrap();
+        t.mb.unplaced = true;
+        t.run(5);
+        assert!(t.comps_a().is_empty() && !t.a.in_flight(), "acknowledged, not delivered");
+        t
+    };
+    // B is there and answers every probe, but stays slow: A waits (a peer that
+    // answers counts no retry), far beyond `retry_cnt` probes.
+    let mut t = setup();
+    let mut probes = 0;
+    for _ in 0..40 {
+        let deadline = t.a.poll_timeout().expect("the requester waits for a report with no timer");
+        t.now = t.now.max(deadline.as_nanos());
+        t.a.handle_timeout(Instant(t.now));
+        for p in t.out_a() {
+            probes += 1;
+            t.deliver_b(&p);
+        }
+        for p in t.out_b() {
+            t.deliver_a(&p);
+        }
+    }
+    assert!(probes > 10, "{probes} probes");
+    assert!(t.comps_a().is_empty(), "a SEND whose peer answers must keep waiting");
+    assert_eq!(t.a.state(), QpState::Rts);
+    // B goes silent (taken out of service, or gone): A's probes go unanswered,
+    // each counts a retry, and the SEND fails as MR-5.5.3's would. (It probed
+    // for ever, and the QP never failed, until the `pair` fuzz driver found it.)
+    let mut t = setup();
+    let mut probes = 0;
+    for _ in 0..1000 {
+        let Some(deadline) = t.a.poll_timeout() else { break };
+        t.now = t.now.max(deadline.as_nanos());
+        t.a.handle_timeout(Instant(t.now));
+        probes += t.out_a().len();
+    }
+    let got: Vec<_> = t.comps_a().iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(got, vec![(1, WcStatus::RetryExcErr)], "after {probes} probes");
+    assert_eq!(t.a.state(), QpState::Error);
+    assert!(probes > 3, "{probes} probes: one, then one per retry at least");
+}
