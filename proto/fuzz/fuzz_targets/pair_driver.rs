@@ -134,7 +134,7 @@ impl Side {
         let flags = WR_SIGNALED | (kind >> 4 & (WR_FENCE | WR_SOLICITED));
         let wr_id = self.new_wr_id();
         let va8 = va & !7;
-        let (wr, message) = match kind % 8 {
+        let (wr, message) = match kind % 10 {
             0 => (SendWr::send(wr_id, len), Some(Message::Send { wr_id, len, imm: None })),
             1 => {
                 let imm = s.u32();
@@ -152,7 +152,22 @@ impl Side {
             4 => (SendWr::read(wr_id, len, va, rkey), None),
             5 => (SendWr::faa(wr_id, va8, rkey, u64::from(s.u32())), None),
             6 => (SendWr::cas(wr_id, va8, rkey, 0, u64::from(s.u32())), None),
-            _ => (SendWr::atomic_write(wr_id, va8, rkey), None),
+            7 => (SendWr::atomic_write(wr_id, va8, rkey), None),
+            8 => {
+                let what = s.byte();
+                let f = Flush { global: what & 1 != 0, persistent: what & 2 != 0, whole_region: what & 4 != 0 };
+                (SendWr::flush(wr_id, va, rkey, len, f), None)
+            }
+            _ => {
+                // SEND with invalidate: of a key the peer does not have (its
+                // NAK ends the connection), rarely of the one it has (its
+                // later accesses fail).
+                let key = if s.byte() == 0x5a { REGION_KEY } else { BAD_KEY };
+                let mut wr = SendWr::send(wr_id, len);
+                wr.opcode = WrOpcode::SendInv;
+                wr.imm = key;
+                (wr, Some(Message::Send { wr_id, len, imm: None }))
+            }
         };
         let data = (0..wr.len as usize).map(|i| pattern(wr_id, i)).collect();
         self.mem.set_local(wr_id, data);
@@ -406,6 +421,13 @@ impl Pair {
                     // Rare: the consumer takes a QP out of service.
                     3 if s.byte() == 0xa5 => self.sides[i].conn.set_error(),
                     4 if s.byte() == 0xa5 => self.sides[i].conn.close(),
+                    // Copies said to be under way (a driver that copies after
+                    // its lock, MR-10.1.3), or done.
+                    5 => self.sides[i].mem.unplaced = !self.sides[i].mem.unplaced,
+                    6 => {
+                        let hint = s.u16();
+                        self.sides[i].conn.set_credit_hint((hint != 0).then_some(u32::from(hint) * 64));
+                    }
                     _ => {}
                 }
             }
@@ -420,7 +442,9 @@ impl Pair {
         let end = self.now + SETTLE_LIMIT_NS;
         for s in self.sides.iter_mut() {
             s.mem.faults = 0;
+            s.mem.unplaced = false;
         }
+        let mut busy_rounds = 0u32;
         loop {
             for i in 0..2 {
                 let want = self.sides[1 - i].messages.len();
@@ -432,10 +456,12 @@ impl Pair {
                 let side = &mut self.sides[i];
                 side.conn.resume_delivery(Instant(self.now), &mut side.mem);
             }
+            let mut quiet = false;
             for _ in 0..64 {
                 self.transmit(0, usize::MAX);
                 self.transmit(1, usize::MAX);
                 if self.queues.iter().all(|q| q.is_empty()) {
+                    quiet = true;
                     break;
                 }
                 for i in 0..2 {
@@ -450,9 +476,18 @@ impl Pair {
             let done = self.sides.iter().all(|s| {
                 s.open_sends.is_empty() && (s.conn.state() == QpState::Rts || s.open_recvs.is_empty())
             });
-            if done && self.queues.iter().all(|q| q.is_empty()) {
+            if done && quiet {
                 return;
             }
+            if !quiet {
+                // Still talking (e.g. one packet per round trip under a tiny
+                // credit hint): no time passes until both fall quiet, which
+                // the window and the work posted bound.
+                busy_rounds += 1;
+                assert!(busy_rounds < 20_000, "packets keep flowing with no time passing (a livelock)");
+                continue;
+            }
+            busy_rounds = 0;
             let next = self.sides.iter().filter_map(|s| s.conn.poll_timeout()).min();
             let Some(next) = next else {
                 for (i, s) in self.sides.iter().enumerate() {
