@@ -541,6 +541,30 @@ def t_read_resend_after_invalidate(T):
         check(T.dut.mem_read(rkey2, 0, 8) == b"still up", "WRITE after the NAK not placed")
 
 
+@case("MR-3.2.6 MR-3.5.3 MR-9.2.1",
+      "the NAK of a READ the DUT cannot serve names the requester's path, not its response's")
+def t_read_nak_names_the_request_path(T):
+    with link(T) as L:
+        if L.npaths < 2:
+            raise Skip("needs a DUT that sprays over two paths or more")
+        ok_key, ok_va = mr(T, "rwa", fill=0x11)
+        bad_key, bad_va = mr(T, "wa", fill=0x77)     # no remote read
+        # A good READ first, on path 0: its response leaves on the DUT's first
+        # path, so the next response would take another. Every request below
+        # comes on path 0, the only path this tester uses.
+        L.req(READ_REQ, rkey=ok_key, va=ok_va, msglen=64, msn=L.msn, path=0)
+        L.msn += 1
+        r = L.recv(1.0, lambda r: r.op == READ_RESP)
+        check(r is not None and r.payload() == b"\x11" * 64, "READ_RESP %s", r)
+        L.req(READ_REQ, rkey=bad_key, va=bad_va, msglen=64, msn=L.msn, path=0)
+        n = L.recv(1.0, lambda r: r.op == ACK and r.ack.syndrome != SYN_ACK)
+        check(n is not None and n.ack.syndrome == SYN_ACCESS, "expected NAK-ACCESS, got %s", n)
+        # A NAK naming one of the DUT's own response paths would be discarded by
+        # a requester with fewer paths, which then waits for the response.
+        check(n.p.path == 0 and n.ack.echo_path == 0,
+              "NAK names path %d (echo path %d); the READ came on path 0", n.p.path, n.ack.echo_path)
+
+
 # ---------------------------------------------------------------------------
 # 2. Malformed input: dropped, counted, no response, DUT keeps working
 # ---------------------------------------------------------------------------
@@ -1750,6 +1774,22 @@ def t_report_probe(T):
         L.ack(R.cum, path=pr.p.path, echo_ts=pr.p.ts, rcv=0, flags=M.AF_PROBE, msn=1)
         c = T.dut.wait_cq(L.dqpn, 1, 1000)
         check([(x["wr"], x["status"]) for x in c] == [(1, WC_SUCCESS)], "completions %s", c)
+
+
+@case("MR-5.5.4 MR-5.5.3 MR-7.3.3",
+      "a SEND acknowledged but never reported delivered, its probes unanswered: RETRY_EXC_ERR "
+      "once the retries run out")
+def t_report_probe_unanswered(T):
+    with link(T, retry_cnt=1, min_rto_us=Prefer(20000), min_path_rto_us=Prefer(1000000),
+              max_rto_us=Prefer(120000)) as L:
+        post(T, L, 1, "send", len=16)
+        rx = collect(L, 1, 1.0, first_tx)
+        check(len(rx) == 1 and rx[0].op == SEND, "no SEND: %s", rx)
+        ack_all(L, rx, 0)          # its TSN acknowledged, its delivery never reported
+        # The tester is gone, as far as the DUT can tell: no probe is answered.
+        c = T.dut.wait_cq(L.dqpn, 1, 5000)
+        check([(x["wr"], x["status"]) for x in c] == [(1, WC_RETRY_EXC_ERR)],
+              "completions %s (a requester whose probes go unanswered must fail, not wait for ever)", c)
 
 
 @case("MR-5.4.7",

@@ -214,6 +214,8 @@ struct Pair {
     /// A packet the peer did not send as it is (corrupted, cut, raw bytes)
     /// was delivered: payload and order checks no longer apply.
     forged: bool,
+    /// Both sides run the UC service (MR-4.6).
+    uc: bool,
     buf: Vec<u8>,
 }
 
@@ -307,10 +309,39 @@ impl Pair {
             WcStatus::Success => {}
             // The message was received and did not fit: it is consumed.
             WcStatus::LocLenErr => {
-                peer.messages.pop_front();
+                if self.uc {
+                    // The first message still to come that did not fit (those
+                    // before it that fit were dropped, or they would be here).
+                    let room = me.mem.recv[&c.wr_id].len() as u32;
+                    let too_long = |m: &Message| matches!(*m, Message::Send { len, .. } if len > room);
+                    if let Some(k) = peer.messages.iter().position(too_long) {
+                        peer.messages.drain(..=k);
+                    }
+                } else {
+                    peer.messages.pop_front();
+                }
                 return;
             }
             _ => return,
+        }
+        if self.uc {
+            // Spec: MR-4.6 — UC drops a message that lost a packet: the
+            // messages received are a subsequence of those sent, in order.
+            let fits = |m: &Message| match (*m, c.opcode) {
+                (Message::Send { wr_id, len, imm }, WcOpcode::Recv) => {
+                    let got = &me.mem.recv[&c.wr_id];
+                    c.byte_len == len
+                        && c.imm == imm
+                        && (0..len as usize).all(|k| got[k] == pattern(wr_id, k))
+                }
+                (Message::WriteImm { imm }, WcOpcode::RecvRdmaWithImm) => c.imm == Some(imm),
+                _ => false,
+            };
+            let Some(k) = peer.messages.iter().position(fits) else {
+                panic!("side {i}: UC receive {c:?} matches no message sent after the last one received");
+            };
+            peer.messages.drain(..=k);
+            return;
         }
         let Some(m) = peer.messages.pop_front() else {
             panic!("side {i}: receive completion {c:?} with no message sent");
@@ -555,6 +586,7 @@ pub(crate) fn run(data: &[u8]) {
         if head & 64 != 0 {
             c.ack_every = 1;
         }
+        c.uc = head & 128 != 0;
     }
     let max_packet = cfgs[0].mtu as usize + 512;
     let mut pair = Pair {
@@ -562,6 +594,7 @@ pub(crate) fn run(data: &[u8]) {
         queues: [VecDeque::new(), VecDeque::new()],
         now: 1_000_000,
         forged: false,
+        uc: head & 128 != 0,
         buf: Vec::new(),
         trace: tracing(),
     };
