@@ -46,6 +46,17 @@ for t in "${targets[@]}"; do
     mkdir -p "$corpus" "$artifacts"
     seeds=()
     [ -d "regressions/$t" ] && seeds=("regressions/$t")
+    # A kept corpus grows run by run, and libFuzzer replays all of it before it
+    # looks at the clock: past 3,000 inputs, keep only those that add coverage.
+    if [ "$(find "$corpus" -type f | wc -l)" -gt 3000 ]; then
+        rm -rf "$corpus.min" && mkdir -p "$corpus.min"
+        if "$CARGO_TARGET_DIR/$host/release/$t" -merge=1 -timeout=20 "$corpus.min" "$corpus" > "$tmp/$t.merge.log" 2>&1; then
+            echo "fuzz: $t corpus merged: $(find "$corpus" -type f | wc -l) -> $(find "$corpus.min" -type f | wc -l) inputs"
+            rm -rf "$corpus" && mv "$corpus.min" "$corpus"
+        else
+            rm -rf "$corpus.min"
+        fi
+    fi
     echo "fuzz: $t for ${secs} s (corpus $corpus: $(find "$corpus" -type f | wc -l) inputs)"
     log="$tmp/$t.log"
     if "$CARGO_TARGET_DIR/$host/release/$t" "$corpus" "${seeds[@]}" -max_total_time="$secs" \

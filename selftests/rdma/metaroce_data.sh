@@ -124,7 +124,9 @@ rc_mtu_case 32768 65535 24000 1 "" 1
 # so a wait of one round trip covers a typical turnaround twice over. A side holds an
 # ACK only while it is itself sending, i.e. it sent within the last 8 x reply_wait_us:
 # when the round trip with the wait is not under that (the debug kernel: about 4 ms,
-# beyond the longest wait, 500 us), nothing is held and the count is not asserted.
+# beyond the longest wait, 500 us), nothing is held and the count is not asserted;
+# nor when the round trip measured without holding is itself beyond that longest
+# wait, which then covers no turnaround (a machine busy with other work).
 reply_wait_case() {
     local wait_us rtt0 acks0 carried0 acks carried rtt
     check "load rdma_metaroce to measure a round trip (reply_wait_us=0)" mrc_insmod
@@ -148,7 +150,12 @@ reply_wait_case() {
     carried=$(( $(vb_counter "$VB_DEV_A" acks_piggybacked) - carried0 ))
     rtt=$(vb_round_trip_us)
     ktap_diag "$VB_DEV_A: $acks ACK packets, $carried ACKs carried by its answers; round trip ${rtt} us"
-    if [ "$rtt" -gt 0 ] && [ "$rtt" -lt $((8 * wait_us)) ]; then
+    if [ "$rtt0" -gt "$wait_us" ]; then
+        # The wait was cut to the longest allowed: it no longer covers a turnaround
+        # (a loaded or slow machine: 2,002 us without holding on one run here while a
+        # kernel was being built beside the guest, 133 ACK packets and 70 carried).
+        ktap_skip "most of $VB_DEV_A's ACKs rode on its answers: round trip ${rtt0} us without holding, beyond the longest wait ($wait_us us)"
+    elif [ "$rtt" -gt 0 ] && [ "$rtt" -lt $((8 * wait_us)) ]; then
         check "most of $VB_DEV_A's ACKs rode on its answers" test "$carried" -gt "$acks"
     else
         ktap_skip "most of $VB_DEV_A's ACKs rode on its answers: round trip ${rtt} us, not under $((8 * wait_us)) us"
