@@ -2002,13 +2002,11 @@ fn full_packet_read_is_acknowledged_by_its_response_then_by_a_delayed_ack() {
     assert!(!t.a.in_flight() && !t.b.in_flight());
 }
 
-#[test]
-fn a_lost_delivery_report_is_asked_for_again() {
-    // Spec: MR-5.5.4 — the responder's copies finish after its ACK of the
-    // SEND's packet (MR-10.1.3), and the ACK reporting the delivery is lost.
-    // Nothing is in flight at the requester, whose SEND waits for that report:
-    // after a connection RTO it probes, and the probe's answer reports it.
-    let mut t = Pair::new(|_| {});
+/// A's SEND of 10 bytes whose packet B has acknowledged but not delivered:
+/// B's copies are still under way (MR-10.1.3, `unplaced`), so nothing is in
+/// flight at A and its SEND waits for B's delivery report (MR-5.5.4).
+fn send_acknowledged_not_delivered(tweak: impl Fn(&mut Config)) -> Pair {
+    let mut t = Pair::new(tweak);
     t.ma.set_local(1, vec![1; 10]);
     t.mb.set_recv(60, 100);
     t.b.post_recv(RecvWr { wr_id: 60, len: 100 }).unwrap();
@@ -2016,6 +2014,16 @@ fn a_lost_delivery_report_is_asked_for_again() {
     t.mb.unplaced = true;
     t.run(5);
     assert!(t.comps_a().is_empty() && !t.a.in_flight(), "the SEND's packet is acknowledged, not delivered");
+    t
+}
+
+#[test]
+fn a_lost_delivery_report_is_asked_for_again() {
+    // Spec: MR-5.5.4 — the responder's copies finish after its ACK of the
+    // SEND's packet (MR-10.1.3), and the ACK reporting the delivery is lost.
+    // Nothing is in flight at the requester, whose SEND waits for that report:
+    // after a connection RTO it probes, and the probe's answer reports it.
+    let mut t = send_acknowledged_not_delivered(|_| {});
     t.mb.unplaced = false;
     t.b.resume_delivery(Instant(t.now), &mut t.mb);
     let report = t.out_b();
@@ -2236,17 +2244,7 @@ fn a_read_nak_reaches_a_requester_with_fewer_paths() {
 fn a_report_wait_fails_only_when_the_peer_stops_answering() {
     // Spec: MR-5.5.4 — A's SEND is acknowledged but its delivery not reported
     // (B's copies are still under way, MR-10.1.3).
-    let setup = || {
-        let mut t = Pair::new(|c| c.retry_cnt = 3);
-        t.ma.set_local(1, vec![1; 10]);
-        t.mb.set_recv(60, 100);
-        t.b.post_recv(RecvWr { wr_id: 60, len: 100 }).unwrap();
-        t.a.post_send(SendWr::send(1, 10)).unwrap();
-        t.mb.unplaced = true;
-        t.run(5);
-        assert!(t.comps_a().is_empty() && !t.a.in_flight(), "acknowledged, not delivered");
-        t
-    };
+    let setup = || send_acknowledged_not_delivered(|c| c.retry_cnt = 3);
     // B is there and answers every probe, but stays slow: A waits (a peer that
     // answers counts no retry), far beyond `retry_cnt` probes.
     let mut t = setup();
