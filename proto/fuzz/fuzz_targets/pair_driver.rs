@@ -455,6 +455,8 @@ impl Pair {
                     // Copies said to be under way (a driver that copies after
                     // its lock, MR-10.1.3), or done.
                     5 => self.sides[i].mem.unplaced = !self.sides[i].mem.unplaced,
+                    // The receiver asks for a path to be moved (MR-6.3.5).
+                    7 => self.sides[i].conn.ask_to_move(usize::from(s.byte() % 16)),
                     6 => {
                         let hint = s.u16();
                         self.sides[i].conn.set_credit_hint((hint != 0).then_some(u32::from(hint) * 64));
