@@ -572,11 +572,15 @@ impl Pair {
 pub(crate) fn run(data: &[u8]) {
     let mut s = Script { bytes: data };
     let head = s.byte();
-    let paths = [1 + s.byte() % MAX_PATHS as u8, 1 + s.byte() % MAX_PATHS as u8];
+    let side_bytes = [s.byte(), s.byte()];
+    let paths = side_bytes.map(|b| 1 + b % MAX_PATHS as u8);
     let mtu = [256u32, 1024, 4096][usize::from(head % 3)];
+    // Now and then the two ends are given different MTUs (verbs attributes
+    // alone, no parameter block to agree on the smaller, MR-7.1.4).
+    let mtus = side_bytes.map(|b| if b & 0x08 != 0 { [256u32, 1024, 4096][usize::from(b >> 4) % 3] } else { mtu });
     let mut cfgs = [Config::test_pair(1, 2), Config::test_pair(2, 1)];
     for (k, c) in cfgs.iter_mut().enumerate() {
-        c.mtu = mtu;
+        c.mtu = mtus[k];
         c.num_paths = paths[k];
         // Told the peer's count, or left to assume its own (MR-6.1.3).
         c.peer_num_paths = if head & 4 != 0 { paths[1 - k] } else { 0 };
@@ -590,7 +594,7 @@ pub(crate) fn run(data: &[u8]) {
         }
         c.uc = head & 128 != 0;
     }
-    let max_packet = cfgs[0].mtu as usize + 512;
+    let max_packet = mtus[0].max(mtus[1]) as usize + 512;
     let mut pair = Pair {
         sides: [Side::new(cfgs[0], 0), Side::new(cfgs[1], 1)],
         queues: [VecDeque::new(), VecDeque::new()],
