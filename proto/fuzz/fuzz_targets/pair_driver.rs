@@ -43,6 +43,11 @@ const MAX_LEN: u32 = 20_000;
 const MAX_OPS: usize = 4_000;
 /// Virtual time the settling phase may take.
 const SETTLE_LIMIT_NS: u64 = 120_000_000_000;
+/// Timer firings the settling phase may take: every wait that ends (retries,
+/// backoff to `max_rto`, RNR waits once receives are posted) ends in far fewer,
+/// and a wedge that resends every few microseconds would otherwise run a
+/// fuzz input for seconds.
+const SETTLE_LIMIT_FIRINGS: u32 = 20_000;
 
 /// The script's bytes, read front to back; zeros once it ends.
 struct Script<'a> {
@@ -478,6 +483,7 @@ impl Pair {
             s.mem.unplaced = false;
         }
         let mut busy_rounds = 0u32;
+        let mut firings = 0u32;
         loop {
             for i in 0..2 {
                 let want = self.sides[1 - i].messages.len();
@@ -538,7 +544,9 @@ impl Pair {
                 }
                 return;
             };
-            if next.0 > end && self.forged {
+            firings += 1;
+            let out_of_time = next.0 > end || firings > SETTLE_LIMIT_FIRINGS;
+            if out_of_time && self.forged {
                 // A forged packet inside the window can wedge a message (a cut
                 // copy of a packet takes its TSN, and the real one is then a
                 // duplicate): the threat model asks an attacker to guess the
@@ -547,8 +555,8 @@ impl Pair {
                 return;
             }
             assert!(
-                next.0 <= end,
-                "not settled after {} s of perfect network: open sends {:?} / {:?}, open receives {:?} / {:?}, \
+                !out_of_time,
+                "not settled after {} s or {SETTLE_LIMIT_FIRINGS} timer firings of perfect network: open sends {:?} / {:?}, open receives {:?} / {:?}, \
                  states {:?} / {:?}, TSNs {:?} / {:?}; counters {:?} / {:?}",
                 SETTLE_LIMIT_NS / 1_000_000_000,
                 self.sides[0].open_sends,
