@@ -1753,6 +1753,15 @@ impl Connection {
             let op = Opcode::from_u8(s.op).unwrap_or(Opcode::Send);
             let answered = op == Opcode::ReadReq || op.is_atomic();
             let mut err = Syndrome::from_u8(s.err).filter(|e| e.is_fatal());
+            // Spec: MR-4.2.3 — the message with SSN s uses the s-th receive WQE,
+            // and receive completions come in SSN order, so at its turn a message
+            // that consumes one must hold the next. A peer that numbered otherwise
+            // (or a forged packet) would have two messages complete one WQE and
+            // another WQE never complete: an invalid request instead.
+            let ssn_out_of_turn = op.consumes_recv() && s.ssn != self.rq_head;
+            if ssn_out_of_turn && err.is_none() {
+                err = Some(Syndrome::NakInvalid);
+            }
             if err.is_none() && s.tail_len > 0 {
                 let tail = s.tail.get(..s.tail_len as usize).unwrap_or(&[]);
                 let r = match (op, <&[u8; 8]>::try_from(tail)) {
@@ -1843,7 +1852,7 @@ impl Connection {
                     tsn,
                     path: p as u8,
                 });
-                if s.recv_len_err {
+                if s.recv_len_err && !ssn_out_of_turn {
                     self.push_cq(Completion {
                         wr_id: s.recv_wr,
                         status: WcStatus::LocLenErr,

@@ -2280,3 +2280,44 @@ fn a_report_wait_fails_only_when_the_peer_stops_answering() {
     assert_eq!(t.a.state(), QpState::Error);
     assert!(probes > 3, "{probes} probes: one, then one per retry at least");
 }
+
+#[test]
+fn a_message_out_of_its_receive_turn_is_refused_not_completed_twice() {
+    // Spec: MR-4.2.3 — a SEND_IMM rewritten to claim SSN 0, the WRITE_IMM's
+    // before it (a forged packet, or a peer that numbers wrongly), arrives
+    // first. Both messages were bound to the first receive WQE, and each
+    // completed it: the same wr_id twice, and the second WQE never (found by
+    // the `pair` fuzz driver). Now the SEND_IMM, at its turn, does not hold the
+    // next WQE: NAK-INVALID, the QP fails, and every WQE completes once.
+    let mut t = Pair::new(|_| {});
+    t.ma.set_local(1, vec![1; 64]);
+    t.ma.set_local(2, vec![2; 16]);
+    for w in [60, 61] {
+        t.mb.set_recv(w, 32);
+        t.b.post_recv(RecvWr { wr_id: w, len: 32 }).unwrap();
+    }
+    t.a.post_send(SendWr::write_imm(1, 64, 0x1000, 0x77, 5)).unwrap();
+    t.a.post_send(SendWr::send_imm(2, 16, 6)).unwrap();
+    let out = t.out_a();
+    assert_eq!(out.len(), 2, "{out:?}");
+    let mut forged = vec![0u8; out[1].1.len()];
+    let mut repr = wire::PacketRepr::parse(&out[1].1).unwrap();
+    match &mut repr.body {
+        wire::Body::Request { req, .. } => {
+            assert_eq!(req.ssn, 1);
+            req.ssn = 0;
+        }
+        b => panic!("not a request: {b:?}"),
+    }
+    let n = repr.emit(&mut forged).unwrap();
+    t.deliver_b(&(out[1].0, forged[..n].to_vec()));
+    t.deliver_b(&out[0]);
+    let got: Vec<_> = t.comps_b().iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(got, vec![(60, WcStatus::Success), (61, WcStatus::WrFlushErr)]);
+    assert_eq!(t.b.state(), QpState::Error);
+    let nak = t.out_b().into_iter().find_map(|p| match wire::PacketRepr::parse(&p.1).ok()?.body {
+        wire::Body::Ack(a) => a.syndrome.filter(|s| *s != wire::Syndrome::Ack),
+        _ => None,
+    });
+    assert_eq!(nak, Some(wire::Syndrome::NakInvalid));
+}

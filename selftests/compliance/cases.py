@@ -295,6 +295,24 @@ def t_send_too_long(T):
               "receive completion %s", c)
 
 
+@case("MR-4.2.3 MR-7.3.2 MR-7.3.4",
+      "a SEND whose SSN is not the next receive WQE's: NAK-INVALID, and every WQE completes once")
+def t_send_out_of_ssn_turn(T):
+    with link(T) as L:
+        T.dut.cmd("post_recv qpn=%#x wr=21 len=64" % L.dqpn)
+        T.dut.cmd("post_recv qpn=%#x wr=22 len=64" % L.dqpn)
+        # The first message names the second WQE: it would complete WQE 22 and
+        # leave 21, and a later flush would complete 22 again.
+        L.message(SEND, b"skipped a WQE", ssn=1)
+        a = L.recv_ack(1.0, lambda r: r.ack.syndrome != SYN_ACK)
+        check(a is not None and a.ack.syndrome == SYN_INVALID, "expected NAK-INVALID, got %s", a)
+        c = T.dut.wait_cq(L.dqpn, 2, 1000)
+        more = T.dut.wait_cq(L.dqpn, 1, 100)
+        got = [(x["wr"], x["status"]) for x in c + more]
+        check(got == [(21, WC_WR_FLUSH_ERR), (22, WC_WR_FLUSH_ERR)],
+              "receive completions %s (each WQE once, flushed)", got)
+
+
 @case("MR-4.2.3", "WRITE_IMM consumes a receive WQE and reports the immediate")
 def t_write_imm(T):
     with link(T) as L:
