@@ -60,7 +60,7 @@ for t in "${targets[@]}"; do
     echo "fuzz: $t for ${secs} s (corpus $corpus: $(find "$corpus" -type f | wc -l) inputs)"
     log="$tmp/$t.log"
     if "$CARGO_TARGET_DIR/$host/release/$t" "$corpus" "${seeds[@]}" -max_total_time="$secs" \
-        -max_len=4096 -timeout=20 -print_final_stats=1 -artifact_prefix="$artifacts/" > "$log" 2>&1; then
+        -max_len=4096 -timeout=60 -print_final_stats=1 -artifact_prefix="$artifacts/" > "$log" 2>&1; then
         grep -E '^stat::(number_of_executed_units|new_units_added)' "$log" | tr '\n' ' ' | sed 's/^/fuzz: /; s/ $/\n/'
     else
         status=1
