@@ -36,6 +36,8 @@ if ! CARGO_BUILD_JOBS="${CARGO_BUILD_JOBS:-2}" cargo build --quiet --release --t
     echo "fuzz: build failed"
     exit 2
 fi
+# Per input: an input a driver bounds may still run long on a loaded machine.
+input_timeout=60
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 status=0
@@ -50,7 +52,7 @@ for t in "${targets[@]}"; do
     # looks at the clock: past 3,000 inputs, keep only those that add coverage.
     if [ "$(find "$corpus" -type f | wc -l)" -gt 3000 ]; then
         rm -rf "$corpus.min" && mkdir -p "$corpus.min"
-        if "$CARGO_TARGET_DIR/$host/release/$t" -merge=1 -timeout=20 "$corpus.min" "$corpus" > "$tmp/$t.merge.log" 2>&1; then
+        if "$CARGO_TARGET_DIR/$host/release/$t" -merge=1 -timeout=$input_timeout "$corpus.min" "$corpus" > "$tmp/$t.merge.log" 2>&1; then
             echo "fuzz: $t corpus merged: $(find "$corpus" -type f | wc -l) -> $(find "$corpus.min" -type f | wc -l) inputs"
             rm -rf "$corpus" && mv "$corpus.min" "$corpus"
         else
@@ -60,7 +62,7 @@ for t in "${targets[@]}"; do
     echo "fuzz: $t for ${secs} s (corpus $corpus: $(find "$corpus" -type f | wc -l) inputs)"
     log="$tmp/$t.log"
     if "$CARGO_TARGET_DIR/$host/release/$t" "$corpus" "${seeds[@]}" -max_total_time="$secs" \
-        -max_len=4096 -timeout=60 -print_final_stats=1 -artifact_prefix="$artifacts/" > "$log" 2>&1; then
+        -max_len=4096 -timeout=$input_timeout -print_final_stats=1 -artifact_prefix="$artifacts/" > "$log" 2>&1; then
         grep -E '^stat::(number_of_executed_units|new_units_added)' "$log" | tr '\n' ' ' | sed 's/^/fuzz: /; s/ $/\n/'
     else
         status=1

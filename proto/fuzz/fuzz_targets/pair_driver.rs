@@ -96,7 +96,7 @@ struct Side {
     messages: VecDeque<Message>,
     /// Send-queue work requests posted and not completed.
     open_sends: HashSet<u64>,
-    /// Receive work requests posted and not completed, with their lengths.
+    /// Receive work requests posted and not completed.
     open_recvs: HashSet<u64>,
     next_wr: u64,
     /// Which side this is (0 or 1): part of every wr_id and payload pattern.
@@ -219,8 +219,6 @@ struct Pair {
     /// A packet the peer did not send as it is (corrupted, cut, raw bytes)
     /// was delivered: payload and order checks no longer apply.
     forged: bool,
-    /// Both sides run the UC service (MR-4.6).
-    uc: bool,
     buf: Vec<u8>,
 }
 
@@ -295,6 +293,8 @@ impl Pair {
         if self.trace {
             eprintln!("{:>12} side {i} completes {c:?}", self.now);
         }
+        // Both sides run the same service; UC is MR-4.6.
+        let uc = self.sides[0].conn.config().uc;
         let (me, peer) = if i == 0 {
             let [a, b] = &mut self.sides;
             (a, b)
@@ -314,7 +314,7 @@ impl Pair {
             WcStatus::Success => {}
             // The message was received and did not fit: it is consumed.
             WcStatus::LocLenErr => {
-                if self.uc {
+                if uc {
                     // The first message still to come that did not fit (those
                     // before it that fit were dropped, or they would be here).
                     let room = me.mem.recv[&c.wr_id].len() as u32;
@@ -329,7 +329,7 @@ impl Pair {
             }
             _ => return,
         }
-        if self.uc {
+        if uc {
             // Spec: MR-4.6 — UC drops a message that lost a packet: the
             // messages received are a subsequence of those sent, in order.
             let fits = |m: &Message| match (*m, c.opcode) {
@@ -602,18 +602,16 @@ pub(crate) fn run(data: &[u8]) {
         }
         c.uc = head & 128 != 0;
     }
-    let max_packet = mtus[0].max(mtus[1]) as usize + 512;
     let mut pair = Pair {
         sides: [Side::new(cfgs[0], 0), Side::new(cfgs[1], 1)],
         queues: [VecDeque::new(), VecDeque::new()],
         now: 1_000_000,
         forged: false,
-        uc: head & 128 != 0,
         buf: Vec::new(),
         trace: tracing(),
     };
     let longest = pair.sides.iter().map(|s| s.conn.max_packet_len()).max().unwrap_or(0);
-    pair.buf = vec![0; longest.max(max_packet)];
+    pair.buf = vec![0; longest];
     let mut ops = 0;
     while !s.is_empty() && ops < MAX_OPS {
         pair.step(&mut s);
