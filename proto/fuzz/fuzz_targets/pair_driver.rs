@@ -20,15 +20,27 @@
 //! * while no forged packet has been delivered: a successful receive
 //!   completion carries the next message the peer posted (exactly once, in
 //!   order, MR-4.1) with its bytes and immediate data;
+//! * send completions come in posting order, an unsignaled work request's
+//!   only if it failed (MR-7.3.3, MR-7.4.2);
+//! * while no forged packet has been delivered: a successful READ brought
+//!   the bytes the peer's region holds, unless a later work request of the
+//!   reader may have changed them since (MR-4.3);
 //! * after settling: a side never waits for a peer without a timer
 //!   (MR-5.5.4); and, while no forged packet was delivered, every send-queue
 //!   work request of either side has completed, and a QP in the error state
-//!   has flushed its receives too (MR-7.3).
+//!   has flushed the receives it holds too (MR-7.3).
+//!
+//! [`run_variants`] reads a first byte that switches on [`Variants`]:
+//! unsignaled work requests, shared receive queues, a responder that sends
+//! from the QPN-derived TSN (a verbs QP left in RTR), and reconnection of
+//! both QPs with the same numbers while the earlier pair's packets are still
+//! in the network. Those packets are genuine, not forged: the new pair must
+//! refuse them, and every check above still applies.
 #![allow(dead_code)]
 
 use crate::common::VecMemory;
 use metaroce_proto::*;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 const REGION_KEY: u32 = 0x55;
 const BAD_KEY: u32 = 0x66;
@@ -48,6 +60,35 @@ const SETTLE_LIMIT_NS: u64 = 120_000_000_000;
 /// and a wedge that resends every few microseconds would otherwise run a
 /// fuzz input for seconds.
 const SETTLE_LIMIT_FIRINGS: u32 = 20_000;
+
+/// What an input of [`run_variants`] switches on (its first byte).
+#[derive(Clone, Copy, Debug, Default)]
+struct Variants {
+    /// A send-queue work request is unsignaled when a byte read after its
+    /// other arguments is a multiple of four (MR-7.4.2).
+    unsignaled: bool,
+    /// Side `k` takes its receive WQEs from a shared receive queue when a
+    /// message needs one (MR-4.2.3).
+    shared_recv: [bool; 2],
+    /// Side 1 is a responder left in RTR: it posts no sends and its
+    /// responses start at the QPN-derived TSN, which side 0 accepts
+    /// (MR-7.1.5); side 0 was told some other initial TSN.
+    derived_tsn: bool,
+    /// Operation 12 reconnects: both QPs restart with the same numbers and
+    /// new initial TSNs, the network keeping the earlier pair's packets.
+    reconnect: bool,
+}
+
+impl Variants {
+    fn from_byte(b: u8) -> Variants {
+        Variants {
+            unsignaled: b & 1 != 0,
+            shared_recv: [b & 2 != 0, b & 4 != 0],
+            derived_tsn: b & 8 != 0,
+            reconnect: b & 16 != 0,
+        }
+    }
+}
 
 /// The script's bytes, read front to back; zeros once it ends.
 struct Script<'a> {
@@ -81,6 +122,15 @@ struct Packet {
     src_port: u16,
 }
 
+/// A READ of the peer's region, and whether a later work request of the
+/// reader may have changed those bytes since the responder read them.
+#[derive(Clone, Copy, Debug)]
+struct ReadCheck {
+    va: u64,
+    len: u32,
+    overwritten: bool,
+}
+
 /// A message that consumes a receive at the peer, as posted.
 #[derive(Clone, Copy, Debug)]
 enum Message {
@@ -94,13 +144,18 @@ struct Side {
     /// Messages posted here that the peer receives, oldest first; the peer's
     /// receive completions take them off in order.
     messages: VecDeque<Message>,
-    /// Send-queue work requests posted and not completed.
-    open_sends: HashSet<u64>,
+    /// Send-queue work requests posted and not completed, in posting order,
+    /// with whether each is signaled.
+    open_sends: VecDeque<(u64, bool)>,
     /// Receive work requests posted and not completed.
     open_recvs: HashSet<u64>,
     next_wr: u64,
     /// Which side this is (0 or 1): part of every wr_id and payload pattern.
     id: u64,
+    /// Posts may be unsignaled ([`Variants::unsignaled`]).
+    may_unsignal: bool,
+    /// READs posted and not completed, by wr_id.
+    reads: HashMap<u64, ReadCheck>,
 }
 
 /// The byte at `i` of the payload of work request `wr_id` (distinct per
@@ -110,18 +165,41 @@ fn pattern(wr_id: u64, i: usize) -> u8 {
 }
 
 impl Side {
-    fn new(cfg: Config, id: u64) -> Side {
+    fn new(cfg: Config, id: u64, v: &Variants) -> Side {
         let mut mem = VecMemory::new();
         mem.add_region(REGION_KEY, REGION_BASE, REGION_LEN);
+        if v.shared_recv[id as usize] {
+            mem.shared = Some(VecDeque::new());
+        }
         Side {
             conn: Connection::new(cfg),
             mem,
             messages: VecDeque::new(),
-            open_sends: HashSet::new(),
+            open_sends: VecDeque::new(),
             open_recvs: HashSet::new(),
             next_wr: 1,
             id,
+            may_unsignal: v.unsignaled,
+            reads: HashMap::new(),
         }
+    }
+
+    /// The receives this side's connection holds (posted to it, or taken
+    /// from the shared queue): those still in the shared queue are the
+    /// queue's, not the QP's.
+    fn recvs_held(&self) -> Vec<u64> {
+        let pooled: HashSet<u64> = self.mem.shared.iter().flatten().map(|r| r.wr_id).collect();
+        self.open_recvs.iter().copied().filter(|w| !pooled.contains(w)).collect()
+    }
+
+    /// Whether every send-queue work request has completed: those left open
+    /// are unsignaled ones, which complete silently, once the connection
+    /// holds none.
+    fn sends_settled(&mut self) -> bool {
+        if self.open_sends.iter().all(|&(_, signaled)| !signaled) && !self.conn.sends_outstanding() {
+            self.open_sends.clear();
+        }
+        self.open_sends.is_empty()
     }
 
     fn new_wr_id(&mut self) -> u64 {
@@ -136,7 +214,7 @@ impl Side {
         let off = u64::from(s.u16());
         let va = if kind & 0x80 != 0 { REGION_BASE + off + REGION_LEN as u64 / 2 } else { REGION_BASE + off / 2 };
         let rkey = if kind & 0x40 != 0 && s.byte() < 16 { BAD_KEY } else { REGION_KEY };
-        let flags = WR_SIGNALED | (kind >> 4 & (WR_FENCE | WR_SOLICITED));
+        let mut flags = WR_SIGNALED | (kind >> 4 & (WR_FENCE | WR_SOLICITED));
         let wr_id = self.new_wr_id();
         let va8 = va & !7;
         let (wr, message) = match kind % 10 {
@@ -174,18 +252,36 @@ impl Side {
                 (wr, Some(Message::Send { wr_id, len, imm: None }))
             }
         };
+        if self.may_unsignal && s.byte() % 4 == 0 {
+            flags &= !WR_SIGNALED;
+        }
+        let signaled = flags & WR_SIGNALED != 0;
         let data = (0..wr.len as usize).map(|i| pattern(wr_id, i)).collect();
         self.mem.set_local(wr_id, data);
+        // The bytes of the peer's region this request may change.
+        let changes = match wr.opcode {
+            WrOpcode::Write | WrOpcode::WriteImm => Some((wr.remote_va, u64::from(wr.len))),
+            WrOpcode::AtomicCas | WrOpcode::AtomicFaa | WrOpcode::AtomicWrite => Some((wr.remote_va, 8)),
+            _ => None,
+        };
         match self.conn.post_send(wr.with_flags(flags)) {
             Ok(()) => {
-                self.open_sends.insert(wr_id);
+                if let Some((va, len)) = changes {
+                    for r in self.reads.values_mut() {
+                        r.overwritten |= va < r.va + u64::from(r.len) && r.va < va + len;
+                    }
+                }
+                if wr.opcode == WrOpcode::Read {
+                    self.reads.insert(wr_id, ReadCheck { va: wr.remote_va, len: wr.len, overwritten: false });
+                }
+                self.open_sends.push_back((wr_id, signaled));
                 if let Some(m) = message {
                     self.messages.push_back(m);
                 }
             }
             // Refused, but flushed (MR-7.3): it completes.
             Err(PostError::BadState) => {
-                self.open_sends.insert(wr_id);
+                self.open_sends.push_back((wr_id, signaled));
             }
             Err(_) => {}
         }
@@ -194,6 +290,15 @@ impl Side {
     fn post_recv(&mut self, len: u32) -> bool {
         let wr_id = self.new_wr_id();
         self.mem.set_recv(wr_id, len as usize);
+        if let Some(pool) = self.mem.shared.as_mut() {
+            // An SRQ as deep as a QP's receive queue.
+            if pool.len() >= 1024 {
+                return false;
+            }
+            pool.push_back(RecvWr { wr_id, len });
+            self.open_recvs.insert(wr_id);
+            return true;
+        }
         match self.conn.post_recv(RecvWr { wr_id, len }) {
             Ok(()) | Err(PostError::BadState) => {
                 self.open_recvs.insert(wr_id);
@@ -212,6 +317,13 @@ fn tracing() -> bool {
 
 struct Pair {
     trace: bool,
+    variants: Variants,
+    /// The configurations the connections were first started with.
+    first_cfgs: [Config; 2],
+    /// The configurations the connections were last started with.
+    cfgs: [Config; 2],
+    /// Reconnections so far.
+    generation: u32,
     sides: [Side; 2],
     /// `queues[i]`: packets side `i` sent, not yet delivered.
     queues: [VecDeque<Packet>; 2],
@@ -303,7 +415,36 @@ impl Pair {
             (b, a)
         };
         if !c.opcode.is_recv() {
-            assert!(me.open_sends.remove(&c.wr_id), "side {i}: send completion {c:?} of no open work request");
+            let Some(k) = me.open_sends.iter().position(|&(w, _)| w == c.wr_id) else {
+                panic!("side {i}: send completion {c:?} of no open work request");
+            };
+            // Spec: MR-7.3.3, MR-7.4.2 — in posting order; the unsignaled
+            // work requests before it completed silently.
+            if let Some(&(w, _)) = me.open_sends.iter().take(k).find(|&&(_, signaled)| signaled) {
+                panic!("side {i}: send completion {c:?} before that of the earlier signaled work request {w:#x}");
+            }
+            let (_, signaled) = me.open_sends[k];
+            assert!(
+                signaled || c.status != WcStatus::Success,
+                "side {i}: an unsignaled work request completed successfully: {c:?}"
+            );
+            me.open_sends.drain(..=k);
+            let read = me.reads.remove(&c.wr_id);
+            if let (Some(r), WcStatus::Success, false) = (read, c.status, self.forged) {
+                // Spec: MR-4.3 — the responder executed the READ after the
+                // reader's earlier requests and before its later ones.
+                let off = r.va.checked_sub(REGION_BASE).map(|o| o as usize);
+                let want = off.and_then(|o| peer.mem.region(REGION_KEY).get(o..o + r.len as usize));
+                let Some(want) = want else {
+                    panic!("side {i}: READ {c:?} of {r:?} outside the peer's region succeeded");
+                };
+                let got = &me.mem.local[&c.wr_id][..r.len as usize];
+                if !r.overwritten {
+                    if let Some(k) = (0..want.len()).find(|&k| got[k] != want[k]) {
+                        panic!("side {i}: byte {k} of READ {c:?} ({r:?}) is {:#x}, the peer's region holds {:#x}", got[k], want[k]);
+                    }
+                }
+            }
             return;
         }
         assert!(me.open_recvs.remove(&c.wr_id), "side {i}: receive completion {c:?} of no open work request");
@@ -371,7 +512,10 @@ impl Pair {
     fn step(&mut self, s: &mut Script<'_>) {
         let op = s.byte();
         let i = usize::from(op & 1);
-        match (op >> 1) % 12 {
+        let kinds = if self.variants.reconnect { 13 } else { 12 };
+        match (op >> 1) % kinds {
+            // A QP left in RTR posts no sends.
+            0 | 1 if i == 1 && self.variants.derived_tsn => {}
             0 | 1 => self.sides[i].post_send(s),
             2 => {
                 let len = u32::from(s.u16()) % (MAX_LEN + 1);
@@ -469,8 +613,45 @@ impl Pair {
                     _ => {}
                 }
             }
+            12 => self.reconnect(s),
             _ => self.poll_completions(),
         }
+    }
+
+    /// Both QPs through RESET to RTS again ([`Variants::reconnect`]): work
+    /// posted to them is forgotten (verbs: no completions), the QP numbers
+    /// stay, each side starts at a new initial TSN, and the earlier pair's
+    /// packets stay in the network.
+    fn reconnect(&mut self, s: &mut Script<'_>) {
+        // Completions already made are in the CQ, which a reset leaves alone.
+        self.poll_completions();
+        // Far from every earlier pair's TSNs (a window is 256 packets; a
+        // script sends far fewer than 2^23), as random initial TSNs almost
+        // always are: 2^24 apart per generation, 255 generations at most.
+        let jitter = u32::from(s.u16()) << 4;
+        if self.generation == 255 {
+            return;
+        }
+        self.generation += 1;
+        let shift = (self.generation << 24).wrapping_add(jitter);
+        let starts = [self.first_cfgs[0].initial_tsn, self.first_cfgs[0].peer_initial_tsn].map(|t| t.wrapping_add(shift));
+        self.cfgs = paired_configs(self.cfgs, starts, self.variants.derived_tsn);
+        if self.trace {
+            eprintln!("{:>12} reconnect: TSNs {:#x} / {:#x}", self.now, self.cfgs[0].initial_tsn, self.cfgs[1].initial_tsn);
+        }
+        for (k, side) in self.sides.iter_mut().enumerate() {
+            side.conn.reset(self.cfgs[k]);
+            side.open_sends.clear();
+            side.messages.clear();
+            side.reads.clear();
+            // What the connection held went with it; a shared queue's WQEs stay.
+            let held = side.recvs_held();
+            for w in held {
+                side.open_recvs.remove(&w);
+            }
+        }
+        // What was forged reached the earlier pair only.
+        self.forged = false;
     }
 
     /// A perfect network and memory from now on: everything queued is
@@ -512,8 +693,8 @@ impl Pair {
                 self.check("settling");
             }
             self.poll_completions();
-            let done = self.sides.iter().all(|s| {
-                s.open_sends.is_empty() && (s.conn.state() == QpState::Rts || s.open_recvs.is_empty())
+            let done = self.sides.iter_mut().all(|s| {
+                s.sends_settled() && (s.conn.state() == QpState::Rts || s.recvs_held().is_empty())
             });
             if done && quiet {
                 return;
@@ -529,17 +710,18 @@ impl Pair {
             busy_rounds = 0;
             let next = self.sides.iter().filter_map(|s| s.conn.poll_timeout()).min();
             let Some(next) = next else {
-                for (i, s) in self.sides.iter().enumerate() {
+                for (i, s) in self.sides.iter_mut().enumerate() {
+                    s.sends_settled();
                     let left: Vec<_> = s.open_sends.iter().collect();
                     assert!(
                         left.is_empty(),
                         "side {i} ({:?}) waits without a timer for work requests {left:?} (MR-5.5.4)",
                         s.conn.state()
                     );
+                    let held = s.recvs_held();
                     assert!(
-                        s.conn.state() == QpState::Rts || s.open_recvs.is_empty(),
-                        "side {i} in the error state kept receives {:?} unflushed (MR-7.3)",
-                        s.open_recvs
+                        s.conn.state() == QpState::Rts || held.is_empty(),
+                        "side {i} in the error state kept receives {held:?} unflushed (MR-7.3)"
                     );
                 }
                 return;
@@ -576,8 +758,40 @@ impl Pair {
     }
 }
 
-/// Runs one input.
+/// The two sides' configurations with side 0 starting at `starts[0]`
+/// and side 1 at `starts[1]` (or, as a responder left in RTR, at the TSN
+/// derived from the QP numbers and side 0's start, MR-7.1.5).
+fn paired_configs(mut cfgs: [Config; 2], starts: [u32; 2], derived_tsn: bool) -> [Config; 2] {
+    cfgs[0].initial_tsn = starts[0];
+    cfgs[1].peer_initial_tsn = starts[0];
+    // Side 0 is told `starts[1]` either way; a responder that never learnt
+    // it sends from the derived TSN instead.
+    cfgs[0].peer_initial_tsn = starts[1];
+    cfgs[1].initial_tsn = if derived_tsn {
+        qpn_derived_tsn(cfgs[1].local_qpn, cfgs[1].remote_qpn, starts[0])
+    } else {
+        starts[1]
+    };
+    // As the kernel driver configures every QP (MR-7.1.5).
+    for c in cfgs.iter_mut() {
+        c.accept_derived_peer_tsn = derived_tsn;
+    }
+    cfgs
+}
+
+/// Runs one input of the `pair` target: no [`Variants`].
 pub(crate) fn run(data: &[u8]) {
+    run_with(Variants::default(), data);
+}
+
+/// Runs one input of the `pair_variants` target: its first byte says which
+/// [`Variants`], the rest is as [`run`]'s input.
+pub(crate) fn run_variants(data: &[u8]) {
+    let (first, rest) = data.split_first().unwrap_or((&0, &[]));
+    run_with(Variants::from_byte(*first), rest);
+}
+
+fn run_with(variants: Variants, data: &[u8]) {
     let mut s = Script { bytes: data };
     let head = s.byte();
     let side_bytes = [s.byte(), s.byte()];
@@ -602,8 +816,15 @@ pub(crate) fn run(data: &[u8]) {
         }
         c.uc = head & 128 != 0;
     }
+    if variants.derived_tsn {
+        cfgs = paired_configs(cfgs, [cfgs[0].initial_tsn, cfgs[1].initial_tsn], true);
+    }
     let mut pair = Pair {
-        sides: [Side::new(cfgs[0], 0), Side::new(cfgs[1], 1)],
+        variants,
+        first_cfgs: cfgs,
+        cfgs,
+        generation: 0,
+        sides: [Side::new(cfgs[0], 0, &variants), Side::new(cfgs[1], 1, &variants)],
         queues: [VecDeque::new(), VecDeque::new()],
         now: 1_000_000,
         forged: false,

@@ -2,8 +2,8 @@
 //! small deterministic PRNG.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
-use metaroce_proto::{AtomicOp, Flush, LocalMemory, MemError, Responder};
-use std::collections::HashMap;
+use metaroce_proto::{AtomicOp, Flush, LocalMemory, MemError, RecvWr, Responder};
+use std::collections::{HashMap, VecDeque};
 
 /// xorshift64*; deterministic, seedable.
 #[derive(Clone, Debug)]
@@ -70,6 +70,10 @@ pub struct VecMemory {
     /// Copies are said to be still under way ([`Responder::placed`] false),
     /// as with a driver that copies after the lock (spec MR-10.1.3).
     pub unplaced: bool,
+    /// A shared receive queue (verbs SRQ) the connection takes receive WQEs
+    /// from when a message needs one (MR-4.2.3); `None`: the QP has none.
+    /// Each WQE's buffer is set up (`set_recv`) when it is posted here.
+    pub shared: Option<VecDeque<RecvWr>>,
 }
 
 impl VecMemory {
@@ -114,6 +118,9 @@ impl VecMemory {
 impl Responder for VecMemory {
     fn placed(&mut self) -> bool {
         !self.unplaced
+    }
+    fn take_shared_recv(&mut self) -> Option<RecvWr> {
+        self.shared.as_mut()?.pop_front()
     }
     fn write_remote(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
         self.resident()?;
