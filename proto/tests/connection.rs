@@ -2141,7 +2141,7 @@ fn a_path_moves_when_its_receiver_asks_once_per_64_rtts() {
     for w in 1..=4 {
         t.ma.set_local(w, vec![w as u8; 8]);
     }
-    let mut send = |t: &mut Pair, w: u64, ask: bool| -> u16 {
+    let send = |t: &mut Pair, w: u64, ask: bool| -> u16 {
         t.a.post_send(SendWr::write(w, 8, 0x1000, 0x77)).unwrap();
         let out = t.out_a();
         assert_eq!(out.len(), 1);
