@@ -77,6 +77,9 @@ struct Variants {
     /// Operation 12 reconnects: both QPs restart with the same numbers and
     /// new initial TSNs, the network keeping the earlier pair's packets.
     reconnect: bool,
+    /// Side `k` keeps at most this many READs and atomics outstanding
+    /// (verbs `max_rd_atomic`; the core's largest if `None`).
+    max_rd_atomic: [Option<u8>; 2],
 }
 
 impl Variants {
@@ -86,6 +89,7 @@ impl Variants {
             shared_recv: [b & 2 != 0, b & 4 != 0],
             derived_tsn: b & 8 != 0,
             reconnect: b & 16 != 0,
+            max_rd_atomic: [(b & 32 != 0).then_some(1), (b & 64 != 0).then_some(2)],
         }
     }
 }
@@ -815,6 +819,9 @@ fn run_with(variants: Variants, data: &[u8]) {
             c.ack_every = 1;
         }
         c.uc = head & 128 != 0;
+        if let Some(n) = variants.max_rd_atomic[k] {
+            c.max_rd_atomic = n;
+        }
     }
     if variants.derived_tsn {
         cfgs = paired_configs(cfgs, [cfgs[0].initial_tsn, cfgs[1].initial_tsn], true);
