@@ -326,6 +326,36 @@ fn lost_atomic_response_is_replayed_from_cache() {
 }
 
 #[test]
+fn zero_length_reads_and_writes_are_not_checked() {
+    // Spec: MR-9.2.1 — a READ or WRITE of zero bytes accesses no memory, so
+    // its R_Key and address are not checked (an unknown key, an address far
+    // outside the region, one that would wrap); an atomic always is.
+    let mut t = Pair::new(|_| {});
+    t.ma.set_local(9, vec![7; 8]);
+    t.a.post_send(SendWr::write(1, 0, u64::MAX, 0xbad)).unwrap();
+    t.a.post_send(SendWr::read(2, 0, 0xdead_0000, 0xbad)).unwrap();
+    t.a.post_send(SendWr::write_imm(3, 0, 0, 0, 0x1234)).unwrap();
+    t.a.post_send(SendWr::write(4, 8, 0x1000, 0x77)).unwrap();
+    t.mb.set_recv(60, 0);
+    t.b.post_recv(RecvWr { wr_id: 60, len: 0 }).unwrap();
+    t.ma.set_local(4, vec![7; 8]);
+    t.run(5);
+    let st: Vec<_> = t.comps_a().iter().map(|c| (c.wr_id, c.status)).collect();
+    let ok = WcStatus::Success;
+    assert_eq!(st, vec![(1, ok), (2, ok), (3, ok), (4, ok)]);
+    let recv: Vec<_> = t.comps_b().iter().map(|c| (c.wr_id, c.status, c.imm)).collect();
+    assert_eq!(recv, vec![(60, ok, Some(0x1234))]);
+    assert_eq!(&t.mb.region(0x77)[..8], &[7; 8]);
+    assert_eq!(t.mb.writes, 1, "only the 8-byte WRITE touched memory");
+    // Once the READ has completed (a fatal NAK flushes a READ whose response
+    // has not arrived, MR-7.3.3), an atomic with the same key fails.
+    t.a.post_send(SendWr::faa(5, 0xdead_0000, 0xbad, 1)).unwrap();
+    t.run(5);
+    let st: Vec<_> = t.comps_a().iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(st, vec![(5, WcStatus::RemAccessErr)]);
+}
+
+#[test]
 fn access_error_naks_and_flushes() {
     // Spec: MR-7.3.2, MR-7.3.3.
     let mut t = Pair::new(|_| {});

@@ -1156,6 +1156,28 @@ def access_case(T, access, op, va_off=0, length=16, size=4096, va=None, strict_t
         check(T.dut.mem_read(rk2, 0, 4) == b"\x12" * 4, "QP accepted requests after a fatal NAK")
 
 
+@case("MR-9.2.1", "zero-length WRITE and READ with an unknown R_Key and a wild address are "
+      "executed unchecked: no NAK, no byte touched, the QP goes on")
+def t_zero_length_unchecked(T):
+    with link(T) as L:
+        rkey, va = mr(T, "rw", fill=0x5a)
+        bad = rkey ^ 0x1000001
+        w = L.message(WRITE, b"", rkey=bad, va=0xFFFFFFFFFFFFFFF0)[-1]
+        r = L.req(READ_REQ, rkey=bad, va=0xdead0000, msglen=0, msn=L.msn)
+        L.msn += 1
+        a = L.cum_reaches((w + 1) & 0xFFFFFFFF)
+        check(a is not None and a.ack.syndrome == SYN_ACK, "zero-length WRITE not acknowledged: %s", a)
+        resp = L.recv(1.0, lambda x: x.op == READ_RESP or (x.op == ACK and x.ack.syndrome != SYN_ACK))
+        check(resp is not None and resp.op == READ_RESP, "expected a READ_RESP of zero bytes, got %s", resp)
+        check(resp.rsp.resp_len == 0 and resp.payload() == b"", "READ_RESP %s", resp.rsp.summary())
+        # Not in the error state: a valid WRITE after them is placed.
+        t = L.message(WRITE, b"after", rkey=rkey, va=va + 8)[-1]
+        a = L.cum_reaches((t + 1) & 0xFFFFFFFF)
+        check(a is not None and a.ack.syndrome == SYN_ACK, "WRITE after them not acknowledged: %s", a)
+        check(T.dut.mem_read(rkey, 0, 16) == b"\x5a" * 8 + b"after" + b"\x5a" * 3,
+              "memory %s", T.dut.mem_read(rkey, 0, 16).hex())
+
+
 @case("MR-9.2.1 MR-7.3.2 MR-3.5.3", "WRITE with an unknown R_Key: NAK-ACCESS, nothing written, QP in error")
 def t_access_bad_key(T):
     access_case(T, "rwa", "badkey")

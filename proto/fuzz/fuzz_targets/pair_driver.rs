@@ -437,7 +437,8 @@ impl Pair {
             if let (Some(r), WcStatus::Success, false) = (read, c.status, self.forged) {
                 // Spec: MR-4.3 — the responder executed the READ after the
                 // reader's earlier requests and before its later ones.
-                let off = r.va.checked_sub(REGION_BASE).map(|o| o as usize);
+                // Spec: MR-9.2.1 — a READ of zero bytes is not checked.
+                let off = if r.len == 0 { Some(0) } else { r.va.checked_sub(REGION_BASE).map(|o| o as usize) };
                 let want = off.and_then(|o| peer.mem.region(REGION_KEY).get(o..o + r.len as usize));
                 let Some(want) = want else {
                     panic!("side {i}: READ {c:?} of {r:?} outside the peer's region succeeded");
