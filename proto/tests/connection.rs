@@ -356,6 +356,21 @@ fn zero_length_reads_and_writes_are_not_checked() {
 }
 
 #[test]
+fn a_read_before_a_failed_message_is_flushed_without_its_response() {
+    // Spec: MR-7.3.3 — the responder executed the READ, but it enters the
+    // error state with its NAK of the atomic after it and sends no response,
+    // so the READ is not done and is flushed (InfiniBand, whose response
+    // precedes the NAK on the wire, would complete it).
+    let mut t = Pair::new(|_| {});
+    t.a.post_send(SendWr::read(2, 64, 0x1000, 0x77)).unwrap();
+    t.a.post_send(SendWr::faa(5, 0xdead_0000, 0xbad, 1)).unwrap();
+    t.run(5);
+    let st: Vec<_> = t.comps_a().iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(st, vec![(2, WcStatus::WrFlushErr), (5, WcStatus::RemAccessErr)]);
+    assert_eq!(t.b.state(), QpState::Error);
+}
+
+#[test]
 fn access_error_naks_and_flushes() {
     // Spec: MR-7.3.2, MR-7.3.3.
     let mut t = Pair::new(|_| {});
