@@ -7,7 +7,7 @@
 # CONFIG_RUST_OVERFLOW_CHECKS, where an overflow is a BUG.
 #
 # Usage: proto/fuzz/run-bounded.sh [seconds-per-target] [target...]
-#   (default 30 s; targets: pair receive parse)
+#   (default 30 s; targets: pair pair_variants receive parse)
 #   METAROCE_FUZZ_CORPUS=DIR  keeps each target's corpus in DIR/<target> from
 #                             run to run (default: a fresh temporary one)
 #   METAROCE_FUZZ_ARTIFACTS=DIR  where a failing input is written (default
@@ -19,7 +19,7 @@ set -euo pipefail
 secs="${1:-30}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(pair receive parse)
+[ ${#targets[@]} -gt 0 ] || targets=(pair pair_variants receive parse)
 cd "$(dirname "$0")"
 fuzz_dir=$PWD
 host=$(rustc -vV | sed -n 's/^host: //p')
