@@ -817,6 +817,10 @@ pub struct Connection {
     job_send: u32,
     job_tail: u32,
     nak: Maybe<PendingNak>,
+    /// Spec: MR-7.3.2 — the fatal NAK of a message found in error at its
+    /// turn while responses to earlier messages were unacknowledged: sent,
+    /// and the error state entered, once they are. Delivery stops meanwhile.
+    nak_after_responses: Maybe<PendingNak>,
     gbn_nak_at: Maybe<u32>,
     /// Delivery stopped at a message whose memory was not resident (MR-9.2.5):
     /// the path to report progress on once it resumes.
@@ -948,6 +952,7 @@ impl Connection {
             job_send: 0,
             job_tail: 0,
             nak: Maybe::NONE_NAK,
+            nak_after_responses: Maybe::NONE_NAK,
             gbn_nak_at: Maybe::NONE_U32,
             delivery_stalled: Maybe::NONE_U8,
             last_word: Maybe::NONE_U8,
@@ -1011,6 +1016,7 @@ impl Connection {
         self.job_send = 0;
         self.job_tail = 0;
         self.nak = Maybe::NONE_NAK;
+        self.nak_after_responses = Maybe::NONE_NAK;
         self.gbn_nak_at = Maybe::NONE_U32;
         self.delivery_stalled = Maybe::NONE_U8;
         self.last_word = Maybe::NONE_U8;
@@ -1400,6 +1406,14 @@ impl Connection {
                 self.on_data(t, p, src_port, ce, &pkt, mem)
             }
         }
+        // Spec: MR-7.3.2 — a deferred fatal NAK, once the responses before it
+        // are acknowledged (only an acknowledgement retires them).
+        if self.job_head == self.job_tail && self.state == QpState::Rts {
+            if let Some(nak) = self.nak_after_responses.take() {
+                self.nak = Maybe::some(nak);
+                self.enter_error(None);
+            }
+        }
     }
 
     fn on_data<M: Memory>(
@@ -1591,6 +1605,11 @@ impl Connection {
         payload: Payload<'_>,
         mem: &mut M,
     ) -> Verdict {
+        // Spec: MR-7.3.2 — while a fatal NAK waits for the responses before
+        // it, requests are discarded as in the error state.
+        if !self.nak_after_responses.is_none() {
+            return Verdict::Drop;
+        }
         let op = base.opcode;
         // Spec: MR-4.6.2 — a UC message dropped at its turn may have been failed
         // before all its packets came: the rest still take their TSNs (kept,
@@ -1736,7 +1755,7 @@ impl Connection {
     /// Delivers complete messages in MSN order (MR-4.3.2): flushes stashed
     /// tails, generates receive completions, starts reads and runs atomics.
     fn deliver<M: Memory>(&mut self, now: u64, p: usize, mem: &mut M) {
-        while self.state == QpState::Rts {
+        while self.state == QpState::Rts && self.nak_after_responses.is_none() {
             let idx = (self.msg_cum % MSG_WINDOW) as usize;
             // Read in place: a copy of the 144-byte slot is a `memcpy` call (see
             // `handle_scattered`), paid by every message.
@@ -1846,12 +1865,12 @@ impl Connection {
                 // Spec: MR-7.3.2 — fatal NAK at the message's turn, then error.
                 // Spec: MR-3.5.3 — NAK TSN names a packet of the message.
                 let tsn = if s.err != 0 { s.err_tsn } else { s.tsn };
-                self.nak = Maybe::some(PendingNak {
+                let nak = PendingNak {
                     syndrome: e,
                     msn: s.msn,
                     tsn,
                     path: p as u8,
-                });
+                };
                 if s.recv_len_err && !ssn_out_of_turn {
                     self.push_cq(Completion {
                         wr_id: s.recv_wr,
@@ -1864,6 +1883,14 @@ impl Connection {
                     });
                     self.rq_head = self.rq_head.wrapping_add(1);
                 }
+                // Spec: MR-7.3.2 — the responses to earlier READs and atomics
+                // go first (they were executed, and the requester completes
+                // them only with their data), acknowledged before the NAK.
+                if self.job_head != self.job_tail {
+                    self.nak_after_responses = Maybe::some(nak);
+                    return;
+                }
+                self.nak = Maybe::some(nak);
                 self.enter_error(None);
                 return;
             }
@@ -2626,6 +2653,11 @@ impl Connection {
             return;
         }
         self.state = QpState::Error;
+        // A failure found at delivery is reported whatever ends the wait for
+        // the earlier responses (MR-7.3.2).
+        if let Some(nak) = self.nak_after_responses.take() {
+            self.nak = Maybe::some(nak);
+        }
         // Spec: MR-7.3.3 — complete in order; the failing WR carries the
         // error, the rest are flushed.
         let mut k = self.sq_head;
@@ -3687,7 +3719,7 @@ mod size_tests {
             assert_eq!(core::mem::size_of::<MsgSlot>(), 144);
             assert_eq!(core::mem::size_of::<SqEntry>(), 80);
             assert_eq!(core::mem::size_of::<Path>(), 184);
-            assert_eq!(core::mem::size_of::<Connection>(), 28_192);
+            assert_eq!(core::mem::size_of::<Connection>(), 28_208);
         }
     }
 }

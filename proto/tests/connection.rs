@@ -356,17 +356,41 @@ fn zero_length_reads_and_writes_are_not_checked() {
 }
 
 #[test]
-fn a_read_before_a_failed_message_is_flushed_without_its_response() {
-    // Spec: MR-7.3.3 — the responder executed the READ, but it enters the
-    // error state with its NAK of the atomic after it and sends no response,
-    // so the READ is not done and is flushed (InfiniBand, whose response
-    // precedes the NAK on the wire, would complete it).
+fn responses_before_a_failed_message_go_out_before_its_nak() {
+    // Spec: MR-7.3.2, MR-7.3.3 — the responder executed the READ and the
+    // atomic before the failing WRITE: their responses are acknowledged
+    // before the fatal NAK is sent, so both complete successfully, with their
+    // data, and only the WRITE fails (as on InfiniBand, where the responses
+    // precede the NAK on the wire).
     let mut t = Pair::new(|_| {});
+    t.mb.range(0x77, 0x1000, 8).unwrap().copy_from_slice(&[9; 8]);
+    t.ma.set_local(2, vec![0; 64]);
+    t.ma.set_local(4, vec![1; 16]);
     t.a.post_send(SendWr::read(2, 64, 0x1000, 0x77)).unwrap();
-    t.a.post_send(SendWr::faa(5, 0xdead_0000, 0xbad, 1)).unwrap();
-    t.run(5);
+    t.a.post_send(SendWr::faa(3, 0x1100, 0x77, 1)).unwrap();
+    t.a.post_send(SendWr::write(4, 16, 0xdead_0000, 0xbad)).unwrap();
+    t.a.post_send(SendWr::send(5, 0)).unwrap();
+    // The responder finds the WRITE in error before any response is
+    // acknowledged: it sends the responses, but no NAK yet.
+    let out = t.out_a();
+    for p in &out {
+        t.deliver_b(p);
+    }
+    assert_eq!(t.b.state(), QpState::Rts);
+    let answers = t.out_b();
+    let naks = answers.iter().filter(|p| matches!(wire::PacketRepr::parse(&p.1).map(|r| r.body),
+        Ok(wire::Body::Ack(a)) if a.syndrome.is_some_and(|s| s.is_fatal()))).count();
+    assert_eq!(naks, 0, "a fatal NAK before the responses were acknowledged");
+    for p in &answers {
+        t.deliver_a(p);
+    }
+    t.run(10);
     let st: Vec<_> = t.comps_a().iter().map(|c| (c.wr_id, c.status)).collect();
-    assert_eq!(st, vec![(2, WcStatus::WrFlushErr), (5, WcStatus::RemAccessErr)]);
+    assert_eq!(
+        st,
+        vec![(2, WcStatus::Success), (3, WcStatus::Success), (4, WcStatus::RemAccessErr), (5, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(&t.ma.local[&2][..8], &[9; 8]);
     assert_eq!(t.b.state(), QpState::Error);
 }
 

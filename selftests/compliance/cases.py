@@ -1275,6 +1275,26 @@ def t_nak_after_earlier(T, strict_tsn=False):
         check(T.dut.mem_read(rkey, 0, 5) == b"first", "earlier message not placed before the NAK")
 
 
+@case("MR-7.3.2 MR-7.3.3", "a READ before a failed message: its response goes first, the fatal "
+      "NAK only once the response is acknowledged")
+def t_nak_waits_for_earlier_responses(T):
+    with link(T) as L:
+        rkey, va = mr(T, "rw", fill=0x33)
+        L.req(READ_REQ, rkey=rkey, va=va, msglen=16, msn=0)
+        L.msn = 1
+        L.message(WRITE, b"bad", rkey=rkey ^ 0x1000001, va=va)
+        r = L.recv(1.0, lambda x: x.op == READ_RESP)
+        check(r is not None, "no READ_RESP for the READ before the failed WRITE")
+        check(r.payload() == b"\x33" * 16, "READ data %s", r.payload().hex())
+        early = L.recv(0.1, lambda x: x.op == ACK and x.ack.syndrome != SYN_ACK)
+        check(early is None, "fatal NAK before the READ response was acknowledged: %s", early)
+        ack_all(L, [r], 0)
+        a = L.recv(1.0, lambda x: x.op == ACK and x.ack.syndrome != SYN_ACK)
+        check(a is not None and a.ack.syndrome == SYN_ACCESS and a.ack.msn == 1,
+              "expected NAK-ACCESS naming message 1 once the response was acknowledged: %s", a)
+        check(T.dut.mem_read(rkey, 0, 3) == b"\x33" * 3, "the failed WRITE touched memory")
+
+
 @case("MR-7.3.4 MR-7.2.1", "in the error state posted WRs complete with WR_FLUSH_ERR in order")
 def t_error_flush(T):
     with link(T) as L:
