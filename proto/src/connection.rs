@@ -280,7 +280,8 @@ pub struct Stats {
     /// next one expected (MR-5.2.4).
     pub rx_beyond_window: u64,
     /// Of `rx_invalid`, acknowledgements (alone or carried) whose cumulative TSN
-    /// is beyond what was sent, ignored (MR-5.2.3, MR-9.3.1).
+    /// is beyond what was sent, or before the first TSN sent, ignored
+    /// (MR-5.2.3, MR-9.3.1).
     pub rx_acks_beyond_sent: u64,
     /// Duplicate data packets received.
     pub rx_dup: u64,
@@ -821,6 +822,9 @@ pub struct Connection {
     /// turn while responses to earlier messages were unacknowledged: sent,
     /// and the error state entered, once they are. Delivery stops meanwhile.
     nak_after_responses: Maybe<PendingNak>,
+    /// Half the TSN space or more has been sent: acknowledgements are then
+    /// bounded by sequence comparison alone (MR-5.2.3).
+    sent_half_space: bool,
     gbn_nak_at: Maybe<u32>,
     /// Delivery stopped at a message whose memory was not resident (MR-9.2.5):
     /// the path to report progress on once it resumes.
@@ -953,6 +957,7 @@ impl Connection {
             job_tail: 0,
             nak: Maybe::NONE_NAK,
             nak_after_responses: Maybe::NONE_NAK,
+            sent_half_space: false,
             gbn_nak_at: Maybe::NONE_U32,
             delivery_stalled: Maybe::NONE_U8,
             last_word: Maybe::NONE_U8,
@@ -1017,6 +1022,7 @@ impl Connection {
         self.job_tail = 0;
         self.nak = Maybe::NONE_NAK;
         self.nak_after_responses = Maybe::NONE_NAK;
+        self.sent_half_space = false;
         self.gbn_nak_at = Maybe::NONE_U32;
         self.delivery_stalled = Maybe::NONE_U8;
         self.last_word = Maybe::NONE_U8;
@@ -2062,7 +2068,11 @@ impl Connection {
         // acknowledging everything sent, it released packets the peer never got,
         // which the peer then waited for while refusing the later ones as beyond
         // its window, until the connection failed.
-        if seq_lt(self.snd_nxt, a.cum_tsn) {
+        // Likewise one whose cumulative TSN is before the first TSN this
+        // connection sent: a late ACK or NAK of an earlier QP whose TSNs lay
+        // behind ours would otherwise be taken as an old one of ours, and its
+        // delivery report or fatal NAK acted on (the NAK failed the new QP).
+        if seq_lt(self.snd_nxt, a.cum_tsn) || !self.sent_since_start(a.cum_tsn) {
             self.stats.rx_invalid += 1;
             self.stats.rx_acks_beyond_sent += 1;
             return;
@@ -2381,6 +2391,19 @@ impl Connection {
 
     /// Marks one in-flight TSN acknowledged by an ACK echoing path `echo`;
     /// returns true if it was new.
+    /// Spec: MR-5.2.3 — whether `cum` (not beyond `snd_nxt`) can be a cumulative
+    /// TSN of this connection's peer: no further behind `snd_nxt` than the first
+    /// TSN this connection sent, or, once half the TSN space has been sent, than
+    /// half the space (where sequence comparisons end).
+    fn sent_since_start(&mut self, cum: u32) -> bool {
+        let sent = self.snd_nxt.wrapping_sub(self.cfg.initial_tsn);
+        if sent >= 0x8000_0000 {
+            self.sent_half_space = true;
+        }
+        let back = self.snd_nxt.wrapping_sub(cum);
+        back <= if self.sent_half_space { 0x7fff_ffff } else { sent }
+    }
+
     fn ack_pkt(&mut self, now: u64, t: u32, echo: usize) -> bool {
         let i = (t % WINDOW) as usize;
         let k = self.pkts[i];

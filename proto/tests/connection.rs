@@ -2284,6 +2284,69 @@ fn an_ack_from_an_earlier_qp_with_the_same_number_is_ignored() {
 }
 
 #[test]
+fn a_nak_of_an_earlier_qp_whose_tsns_lay_behind_is_ignored() {
+    // Spec: MR-5.2.3, MR-9.3.1 — the twin of the case above: the earlier QP's
+    // TSNs lay *behind* the new one's, so its late fatal NAK carries a
+    // cumulative TSN before the first the new QP sent. Taken as an old ACK of
+    // the new QP, its NAK failed the new QP (found by the `pair_variants`
+    // driver, which reconnects with the same QP numbers while the earlier
+    // pair's packets are still in the network). Its delivery report (MSN)
+    // would likewise have completed messages never delivered.
+    let tsn0 = |c: &mut Config| c.initial_tsn = 0x1000_0000;
+    let mut old = Pair::new(|c| {
+        if c.local_qpn == 1 {
+            tsn0(c)
+        } else {
+            c.peer_initial_tsn = 0x1000_0000
+        }
+    });
+    old.ma.set_local(1, vec![1; 8]);
+    old.ma.set_local(2, vec![2; 8]);
+    old.a.post_send(SendWr::write(1, 8, 0x1000, 0x77)).unwrap();
+    old.a.post_send(SendWr::write(2, 8, 0x1000, 0xbad)).unwrap();
+    for p in old.out_a() {
+        old.deliver_b(&p);
+    }
+    let nak = old
+        .out_b()
+        .into_iter()
+        .find(|p| {
+            matches!(wire::PacketRepr::parse(&p.1).map(|r| r.body),
+                Ok(wire::Body::Ack(a)) if a.syndrome == Some(wire::Syndrome::NakAccess))
+        })
+        .expect("B refused the second WRITE");
+    // The new pair starts 2^24 TSNs later; A has sent two messages, one
+    // delivered and acknowledged.
+    let mut t = Pair::new(|c| {
+        if c.local_qpn == 1 {
+            c.initial_tsn = 0x1100_0000
+        } else {
+            c.peer_initial_tsn = 0x1100_0000
+        }
+    });
+    t.mb.set_recv(7, 8);
+    t.b.post_recv(RecvWr { wr_id: 7, len: 8 }).unwrap();
+    t.ma.set_local(1, vec![1; 8]);
+    t.ma.set_local(2, vec![2; 8]);
+    t.a.post_send(SendWr::write(1, 8, 0x1000, 0x77)).unwrap();
+    t.a.post_send(SendWr::send(2, 8)).unwrap();
+    let sent = t.out_a();
+    t.deliver_b(&sent[0]);
+    for p in t.out_b() {
+        t.deliver_a(&p);
+    }
+    assert_eq!(t.comps_a().len(), 1);
+    t.deliver_a(&nak);
+    assert_eq!(t.a.state(), QpState::Rts, "the earlier QP's NAK failed the new one");
+    assert_eq!(t.a.stats().rx_acks_beyond_sent, 1);
+    assert!(t.comps_a().is_empty());
+    t.run(200);
+    let c = t.comps_a();
+    assert_eq!(c.len(), 1);
+    assert_eq!((c[0].wr_id, c[0].status), (2, WcStatus::Success));
+}
+
+#[test]
 fn a_read_nak_reaches_a_requester_with_fewer_paths() {
     // Spec: MR-3.2.6, MR-3.5.3 — the NAK of a READ the responder cannot serve
     // names one of the requester's paths. B answers over 8 paths, A asks over

@@ -1577,6 +1577,23 @@ def t_ack_future_ignored(T):
         check(c and c[0]["status"] == WC_SUCCESS, "no completion after a proper ACK: %s", c)
 
 
+
+@case("MR-5.2.3 MR-9.3.1", "an ACK or fatal NAK whose cumulative TSN is before the first TSN sent "
+      "(a late packet of an earlier QP with the same number) is ignored")
+def t_ack_before_first_ignored(T):
+    with link(T) as L:
+        post(T, L, 1, "write", len=100, va=0, rkey=1)
+        rx = collect(L, 1, 1.0, first_tx)
+        check(rx, "no packet")
+        before = (L.dtsn0 - 0x1000000) & 0xFFFFFFFF
+        L.ack(before, path=rx[0].p.path, echo_psn=rx[0].p.psn, echo_ts=rx[0].p.ts, msn=5)
+        L.ack(before, path=rx[0].p.path, syndrome=SYN_ACCESS, msn=0, nak_tsn=before)
+        c = T.dut.wait_cq(L.dqpn, 1, 150)
+        check(not c, "completion from an ACK before the first TSN sent: %s", c)
+        ack_all(L, rx, 1)
+        c = T.dut.wait_cq(L.dqpn, 1, 1000)
+        check(c and c[0]["status"] == WC_SUCCESS, "no successful completion after a proper ACK: %s", c)
+
 def carried_ack(r, msn=0, syndrome=0, flags=0, rnr_timer=0):
     """An ACK extension (MR-3.7.6) acknowledging DUT packet r (and messages before
     `msn` as delivered), for a request."""

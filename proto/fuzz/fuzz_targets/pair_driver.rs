@@ -262,17 +262,20 @@ impl Side {
         let signaled = flags & WR_SIGNALED != 0;
         let data = (0..wr.len as usize).map(|i| pattern(wr_id, i)).collect();
         self.mem.set_local(wr_id, data);
-        // The bytes of the peer's region this request may change.
+        // The bytes of the peer's region this request may change (all of
+        // them, for an invalidation of the region's key: a READ posted before
+        // it may succeed, and the region is gone by its completion).
         let changes = match wr.opcode {
             WrOpcode::Write | WrOpcode::WriteImm => Some((wr.remote_va, u64::from(wr.len))),
             WrOpcode::AtomicCas | WrOpcode::AtomicFaa | WrOpcode::AtomicWrite => Some((wr.remote_va, 8)),
+            WrOpcode::SendInv if wr.imm == REGION_KEY => Some((0, u64::MAX)),
             _ => None,
         };
         match self.conn.post_send(wr.with_flags(flags)) {
             Ok(()) => {
                 if let Some((va, len)) = changes {
                     for r in self.reads.values_mut() {
-                        r.overwritten |= va < r.va + u64::from(r.len) && r.va < va + len;
+                        r.overwritten |= va < r.va.saturating_add(u64::from(r.len)) && r.va < va.saturating_add(len);
                     }
                 }
                 if wr.opcode == WrOpcode::Read {
@@ -434,20 +437,20 @@ impl Pair {
             );
             me.open_sends.drain(..=k);
             let read = me.reads.remove(&c.wr_id);
-            if let (Some(r), WcStatus::Success, false) = (read, c.status, self.forged) {
+            // Spec: MR-9.2.1 — a READ of zero bytes is not checked.
+            let checked = read.filter(|r| !r.overwritten && r.len > 0 && !self.forged);
+            if let (Some(r), WcStatus::Success) = (checked, c.status) {
                 // Spec: MR-4.3 — the responder executed the READ after the
                 // reader's earlier requests and before its later ones.
-                // Spec: MR-9.2.1 — a READ of zero bytes is not checked.
-                let off = if r.len == 0 { Some(0) } else { r.va.checked_sub(REGION_BASE).map(|o| o as usize) };
-                let want = off.and_then(|o| peer.mem.region(REGION_KEY).get(o..o + r.len as usize));
+                let off = r.va.checked_sub(REGION_BASE).map(|o| o as usize);
+                let region = peer.mem.regions.get(&REGION_KEY).map(|(_, bytes)| &bytes[..]);
+                let want = off.and_then(|o| region?.get(o..o + r.len as usize));
                 let Some(want) = want else {
                     panic!("side {i}: READ {c:?} of {r:?} outside the peer's region succeeded");
                 };
                 let got = &me.mem.local[&c.wr_id][..r.len as usize];
-                if !r.overwritten {
-                    if let Some(k) = (0..want.len()).find(|&k| got[k] != want[k]) {
-                        panic!("side {i}: byte {k} of READ {c:?} ({r:?}) is {:#x}, the peer's region holds {:#x}", got[k], want[k]);
-                    }
+                if let Some(k) = (0..want.len()).find(|&k| got[k] != want[k]) {
+                    panic!("side {i}: byte {k} of READ {c:?} ({r:?}) is {:#x}, the peer's region holds {:#x}", got[k], want[k]);
                 }
             }
             return;
