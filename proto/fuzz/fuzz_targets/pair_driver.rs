@@ -139,7 +139,7 @@ struct ReadCheck {
 #[derive(Clone, Copy, Debug)]
 enum Message {
     Send { wr_id: u64, len: u32, imm: Option<u32> },
-    WriteImm { imm: u32 },
+    WriteImm { wr_id: u64, imm: u32 },
 }
 
 struct Side {
@@ -160,6 +160,8 @@ struct Side {
     may_unsignal: bool,
     /// READs posted and not completed, by wr_id.
     reads: HashMap<u64, ReadCheck>,
+    /// Send-queue work requests that completed successfully.
+    succeeded: HashSet<u64>,
 }
 
 /// The byte at `i` of the payload of work request `wr_id` (distinct per
@@ -185,6 +187,7 @@ impl Side {
             id,
             may_unsignal: v.unsignaled,
             reads: HashMap::new(),
+            succeeded: HashSet::new(),
         }
     }
 
@@ -234,7 +237,7 @@ impl Side {
                 let imm = s.u32();
                 let len = len.min(REGION_LEN as u32 / 2);
                 let va = REGION_BASE + off % (REGION_LEN as u64 / 2);
-                (SendWr::write_imm(wr_id, len, va, REGION_KEY, imm), Some(Message::WriteImm { imm }))
+                (SendWr::write_imm(wr_id, len, va, REGION_KEY, imm), Some(Message::WriteImm { wr_id, imm }))
             }
             4 => (SendWr::read(wr_id, len, va, rkey), None),
             5 => (SendWr::faa(wr_id, va8, rkey, u64::from(s.u32())), None),
@@ -406,6 +409,7 @@ impl Pair {
                 self.completed(i, c);
             }
         }
+        self.check_delivered();
     }
 
     fn completed(&mut self, i: usize, c: Completion) {
@@ -436,6 +440,9 @@ impl Pair {
                 "side {i}: an unsignaled work request completed successfully: {c:?}"
             );
             me.open_sends.drain(..=k);
+            if c.status == WcStatus::Success {
+                me.succeeded.insert(c.wr_id);
+            }
             let read = me.reads.remove(&c.wr_id);
             // Spec: MR-9.2.1 — a READ of zero bytes is not checked.
             let checked = read.filter(|r| !r.overwritten && r.len > 0 && !self.forged);
@@ -488,7 +495,7 @@ impl Pair {
                         && c.imm == imm
                         && (0..len as usize).all(|k| got[k] == pattern(wr_id, k))
                 }
-                (Message::WriteImm { imm }, WcOpcode::RecvRdmaWithImm) => c.imm == Some(imm),
+                (Message::WriteImm { imm, .. }, WcOpcode::RecvRdmaWithImm) => c.imm == Some(imm),
                 _ => false,
             };
             let Some(k) = peer.messages.iter().position(fits) else {
@@ -509,7 +516,7 @@ impl Pair {
                     panic!("side {i}: byte {k} of {c:?} differs from the message sent ({m:?})");
                 }
             }
-            (Message::WriteImm { imm }, WcOpcode::RecvRdmaWithImm) => {
+            (Message::WriteImm { imm, .. }, WcOpcode::RecvRdmaWithImm) => {
                 assert_eq!(c.imm, Some(imm), "side {i}: immediate of {c:?}, sent {m:?}");
             }
             _ => panic!("side {i}: completion {c:?} where the peer sent {m:?}"),
@@ -626,6 +633,25 @@ impl Pair {
         }
     }
 
+    /// Spec: MR-4.3.1 — an RC message whose send completed successfully was
+    /// delivered: with both completion queues drained, the peer has taken
+    /// its receive (it completes it before the acknowledgement that
+    /// completes the send leaves).
+    fn check_delivered(&self) {
+        if self.forged || self.sides[0].conn.config().uc {
+            return;
+        }
+        for (i, s) in self.sides.iter().enumerate() {
+            for m in &s.messages {
+                let (Message::Send { wr_id, .. } | Message::WriteImm { wr_id, .. }) = *m;
+                assert!(
+                    !s.succeeded.contains(&wr_id),
+                    "side {i}: {m:?} completed successfully, and the peer never received it"
+                );
+            }
+        }
+    }
+
     /// Both QPs through RESET to RTS again ([`Variants::reconnect`]): work
     /// posted to them is forgotten (verbs: no completions), the QP numbers
     /// stay, each side starts at a new initial TSN, and the earlier pair's
@@ -652,6 +678,7 @@ impl Pair {
             side.open_sends.clear();
             side.messages.clear();
             side.reads.clear();
+            side.succeeded.clear();
             // What the connection held went with it; a shared queue's WQEs stay.
             let held = side.recvs_held();
             for w in held {
@@ -705,6 +732,7 @@ impl Pair {
                 s.sends_settled() && (s.conn.state() == QpState::Rts || s.recvs_held().is_empty())
             });
             if done && quiet {
+                self.check_delivered();
                 return;
             }
             if !quiet {
@@ -732,6 +760,7 @@ impl Pair {
                         "side {i} in the error state kept receives {held:?} unflushed (MR-7.3)"
                     );
                 }
+                self.check_delivered();
                 return;
             };
             firings += 1;
