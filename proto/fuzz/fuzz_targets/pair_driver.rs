@@ -80,6 +80,10 @@ struct Variants {
     /// Side `k` keeps at most this many READs and atomics outstanding
     /// (verbs `max_rd_atomic`; the core's largest if `None`).
     max_rd_atomic: [Option<u8>; 2],
+    /// Congestion control aims at 1 us of queueing delay (the smallest
+    /// `cc_target_delay_us` the kernel module takes), so that the script's
+    /// clock, which moves in jumps, keeps the windows at their floor.
+    tight_cc: bool,
 }
 
 impl Variants {
@@ -90,6 +94,7 @@ impl Variants {
             derived_tsn: b & 8 != 0,
             reconnect: b & 16 != 0,
             max_rd_atomic: [(b & 32 != 0).then_some(1), (b & 64 != 0).then_some(2)],
+            tight_cc: b & 128 != 0,
         }
     }
 }
@@ -854,6 +859,9 @@ fn run_with(variants: Variants, data: &[u8]) {
         c.uc = head & 128 != 0;
         if let Some(n) = variants.max_rd_atomic[k] {
             c.max_rd_atomic = n;
+        }
+        if variants.tight_cc {
+            c.cc.target_qdelay_ns = 1_000;
         }
     }
     if variants.derived_tsn {
