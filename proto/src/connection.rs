@@ -2086,9 +2086,14 @@ impl Connection {
         // per echoed packet (ACKs sent as older packets arrive late echo the same,
         // newest, one again).
         let fresh = a.rcv_count > 0 || a.flags & ACK_FLAG_PROBE != 0;
+        // Spec: MR-9.3.1 — an echoed PSN this path never sent (a late ACK of an
+        // earlier QP, or a forgery) is no evidence: taken as the highest PSN
+        // acknowledged, it made every later packet of the path overtaken, and
+        // lost a fraction of an RTT after it left.
+        let echo_sent = seq_lt(a.echo_psn, self.paths[e].psn_next);
         let echo_is_new = {
             let path = &self.paths[e];
-            !path.has_rtt || seq_lt(path.rtt_echo_psn, a.echo_psn)
+            echo_sent && (!path.has_rtt || seq_lt(path.rtt_echo_psn, a.echo_psn))
         };
         let rtt = if fresh {
             let r = (now as u32)
@@ -2145,6 +2150,7 @@ impl Connection {
             path.timeouts = 0;
             path.backoff = 0;
             if self.cfg.recovery == Recovery::Selective
+                && echo_sent
                 && (!path.has_acked_psn || seq_lt(path.acked_psn, a.echo_psn))
                 && a.rcv_count > 0
             {

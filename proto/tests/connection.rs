@@ -2347,6 +2347,55 @@ fn a_nak_of_an_earlier_qp_whose_tsns_lay_behind_is_ignored() {
 }
 
 #[test]
+fn an_ack_echoing_a_psn_never_sent_does_not_make_later_packets_lost() {
+    // Spec: MR-5.3.2, MR-5.3.3, MR-9.3.1 — the highest PSN acknowledged on a
+    // path decides which of its packets were overtaken. Taken from an ACK
+    // (a late one of an earlier QP, or a forgery) that echoes a PSN this path
+    // never sent, it made every later packet on the path overtaken and lost
+    // a fraction of an RTT after it left: a retransmission storm (found by the
+    // `pair_variants` driver as a path resending every nanosecond).
+    let mut t = Pair::new(|c| c.num_paths = 1);
+    t.ma.set_local(1, vec![1; 8]);
+    t.a.post_send(SendWr::write(1, 8, 0x1000, 0x77)).unwrap();
+    // The first WRITE's ACK comes back 5 us after it left (the RTT); the later
+    // ones' 8 us after: late enough, with this jitter, for a packet taken as
+    // overtaken to be declared lost first, and not for any other timer.
+    let sent = t.out_a();
+    t.tick(5_000);
+    for p in sent {
+        t.deliver_b(&p);
+    }
+    let acks = t.out_b();
+    assert_eq!(acks.len(), 1);
+    for p in &acks {
+        t.deliver_a(p);
+    }
+    assert_eq!(t.comps_a().len(), 1);
+    let repr = wire::PacketRepr::parse(&acks[0].1).expect("an ACK");
+    let mut bogus = repr.clone();
+    if let wire::Body::Ack(ref mut a) = bogus.body {
+        a.echo_psn = a.echo_psn.wrapping_add(1_000);
+    }
+    let mut buf = vec![0; 256];
+    let n = bogus.emit(&mut buf).expect("emits");
+    t.deliver_a(&(acks[0].0, buf[..n].to_vec()));
+    for w in 2..6u64 {
+        t.ma.set_local(w, vec![w as u8; 8]);
+        t.a.post_send(SendWr::write(w, 8, 0x1000, 0x77)).unwrap();
+        let sent = t.out_a();
+        t.tick(8_000);
+        for p in sent {
+            t.deliver_b(&p);
+        }
+        t.run(1);
+    }
+    t.run(20);
+    assert_eq!(t.comps_a().len(), 4);
+    let st = t.a.stats();
+    assert_eq!((st.lost_detected, st.tx_retx), (0, 0), "packets declared lost on a lossless path");
+}
+
+#[test]
 fn a_read_nak_reaches_a_requester_with_fewer_paths() {
     // Spec: MR-3.2.6, MR-3.5.3 — the NAK of a READ the responder cannot serve
     // names one of the requester's paths. B answers over 8 paths, A asks over
