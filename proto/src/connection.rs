@@ -819,8 +819,9 @@ pub struct Connection {
     job_tail: u32,
     nak: Maybe<PendingNak>,
     /// Spec: MR-7.3.2 — the fatal NAK of a message found in error at its
-    /// turn while responses to earlier messages were unacknowledged: sent,
-    /// and the error state entered, once they are. Delivery stops meanwhile.
+    /// turn, until the responses to earlier messages are acknowledged; then
+    /// the error state is entered, which makes it the pending NAK. Delivery
+    /// stops meanwhile.
     nak_after_responses: Maybe<PendingNak>,
     /// Half the TSN space or more has been sent: acknowledgements are then
     /// bounded by sequence comparison alone (MR-5.2.3).
@@ -1413,12 +1414,10 @@ impl Connection {
             }
         }
         // Spec: MR-7.3.2 — a deferred fatal NAK, once the responses before it
-        // are acknowledged (only an acknowledgement retires them).
-        if self.job_head == self.job_tail && self.state == QpState::Rts {
-            if let Some(nak) = self.nak_after_responses.take() {
-                self.nak = Maybe::some(nak);
-                self.enter_error(None);
-            }
+        // are acknowledged (only an acknowledgement retires them); entering
+        // the error state sends it.
+        if !self.nak_after_responses.is_none() && self.job_head == self.job_tail && self.state == QpState::Rts {
+            self.enter_error(None);
         }
     }
 
@@ -1891,13 +1890,12 @@ impl Connection {
                 }
                 // Spec: MR-7.3.2 — the responses to earlier READs and atomics
                 // go first (they were executed, and the requester completes
-                // them only with their data), acknowledged before the NAK.
-                if self.job_head != self.job_tail {
-                    self.nak_after_responses = Maybe::some(nak);
-                    return;
+                // them only with their data), acknowledged before the NAK;
+                // entering the error state sends it.
+                self.nak_after_responses = Maybe::some(nak);
+                if self.job_head == self.job_tail {
+                    self.enter_error(None);
                 }
-                self.nak = Maybe::some(nak);
-                self.enter_error(None);
                 return;
             }
             if op.consumes_recv() {
@@ -2395,8 +2393,6 @@ impl Connection {
         }
     }
 
-    /// Marks one in-flight TSN acknowledged by an ACK echoing path `echo`;
-    /// returns true if it was new.
     /// Spec: MR-5.2.3 — whether `cum` (not beyond `snd_nxt`) can be a cumulative
     /// TSN of this connection's peer: no further behind `snd_nxt` than the first
     /// TSN this connection sent, or, once half the TSN space has been sent, than
@@ -2410,6 +2406,8 @@ impl Connection {
         back <= if self.sent_half_space { 0x7fff_ffff } else { sent }
     }
 
+    /// Marks one in-flight TSN acknowledged by an ACK echoing path `echo`;
+    /// returns true if it was new.
     fn ack_pkt(&mut self, now: u64, t: u32, echo: usize) -> bool {
         let i = (t % WINDOW) as usize;
         let k = self.pkts[i];
@@ -2682,8 +2680,8 @@ impl Connection {
             return;
         }
         self.state = QpState::Error;
-        // A failure found at delivery is reported whatever ends the wait for
-        // the earlier responses (MR-7.3.2).
+        // Spec: MR-7.3.2 — a failure found at delivery is reported, whatever
+        // ended the wait for the earlier responses.
         if let Some(nak) = self.nak_after_responses.take() {
             self.nak = Maybe::some(nak);
         }

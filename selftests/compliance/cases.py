@@ -1163,7 +1163,7 @@ def t_zero_length_unchecked(T):
         rkey, va = mr(T, "rw", fill=0x5a)
         bad = rkey ^ 0x1000001
         w = L.message(WRITE, b"", rkey=bad, va=0xFFFFFFFFFFFFFFF0)[-1]
-        r = L.req(READ_REQ, rkey=bad, va=0xdead0000, msglen=0, msn=L.msn)
+        L.req(READ_REQ, rkey=bad, va=0xdead0000, msglen=0, msn=L.msn)
         L.msn += 1
         a = L.cum_reaches((w + 1) & 0xFFFFFFFF)
         check(a is not None and a.ack.syndrome == SYN_ACK, "zero-length WRITE not acknowledged: %s", a)
