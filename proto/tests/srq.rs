@@ -5,61 +5,15 @@
 //! QPs on one SRQ, one WQE reposted per message received).
 
 mod common;
-use common::VecMemory;
+use common::{SharedRecvQueue as Pool, VecMemory};
 use metaroce_proto::*;
-use std::cell::RefCell;
-use std::collections::VecDeque;
-use std::rc::Rc;
-
-/// A verbs SRQ: receive WQEs (id, buffer length) in posting order.
-type Pool = Rc<RefCell<VecDeque<RecvWr>>>;
-
-/// Responder memory on a shared pool: a taken WQE gets its buffer here.
-struct SrqMemory {
-    m: VecMemory,
-    pool: Pool,
-    taken: Vec<u64>,
-}
-
-impl Responder for SrqMemory {
-    fn write_remote(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
-        self.m.write_remote(rkey, va, data)
-    }
-    fn read_remote(&mut self, rkey: u32, va: u64, out: &mut [u8]) -> Result<(), MemError> {
-        self.m.read_remote(rkey, va, out)
-    }
-    fn atomic_remote(&mut self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, MemError> {
-        self.m.atomic_remote(rkey, va, op)
-    }
-    fn write_recv(&mut self, wr_id: u64, offset: u32, data: &[u8]) -> Result<(), MemError> {
-        self.m.write_recv(wr_id, offset, data)
-    }
-    fn invalidate(&mut self, rkey: u32) -> Result<(), MemError> {
-        self.m.invalidate(rkey)
-    }
-    fn take_shared_recv(&mut self) -> Option<RecvWr> {
-        let wr = self.pool.borrow_mut().pop_front()?;
-        self.m.set_recv(wr.wr_id, wr.len as usize);
-        self.taken.push(wr.wr_id);
-        Some(wr)
-    }
-}
-
-impl LocalMemory for SrqMemory {
-    fn read_local(&mut self, wr_id: u64, offset: u32, out: &mut [u8]) -> Result<(), MemError> {
-        self.m.read_local(wr_id, offset, out)
-    }
-    fn write_local(&mut self, wr_id: u64, offset: u32, data: &[u8]) -> Result<(), MemError> {
-        self.m.write_local(wr_id, offset, data)
-    }
-}
 
 /// Requester `a` (plain memory) and responder `b` on the shared pool.
 struct Link {
     a: Connection,
     b: Connection,
     ma: VecMemory,
-    mb: SrqMemory,
+    mb: VecMemory,
 }
 
 impl Link {
@@ -68,12 +22,9 @@ impl Link {
         let mut cb = Config::test_pair(qb, qa);
         ca.mtu = 1024;
         cb.mtu = 1024;
-        let mut mb = SrqMemory {
-            m: VecMemory::new(),
-            pool: pool.clone(),
-            taken: vec![],
-        };
-        mb.m.add_region(0x77, 0x1000, 4096);
+        let mut mb = VecMemory::new();
+        mb.shared = Some(pool.clone());
+        mb.add_region(0x77, 0x1000, 4096);
         Link {
             a: Connection::new(ca),
             b: Connection::new(cb),
@@ -117,7 +68,7 @@ fn comps(c: &mut Connection) -> Vec<Completion> {
 fn two_connections_share_two_receive_wqes() {
     // Spec: MR-4.2.3 — test_rc_srq_traffic: the pool holds two WQEs, one per
     // connection; every message received is answered by posting one more.
-    let pool: Pool = Rc::new(RefCell::new(VecDeque::new()));
+    let pool = Pool::default();
     let mut links = [Link::new(0x11, 0x21, &pool), Link::new(0x12, 0x22, &pool)];
     let mut buf = vec![0u8; 9200];
     let mut now = 1_000u64;
@@ -152,7 +103,7 @@ fn two_connections_share_two_receive_wqes() {
             }
             assert_eq!(got.len(), 1, "iteration {iter}, connection {i}: {got:?}");
             assert_eq!(got[0].status, WcStatus::Success);
-            assert_eq!(&l.mb.m.recv[&got[0].wr_id][..msg.len()], &msg[..]);
+            assert_eq!(&l.mb.recv[&got[0].wr_id][..msg.len()], &msg[..]);
             // The consumer reposts one WQE per message, as the test does.
             pool.borrow_mut().push_back(RecvWr {
                 wr_id: next_wqe,
@@ -190,7 +141,7 @@ fn two_connections_share_two_receive_wqes() {
 #[test]
 fn empty_pool_refuses_with_rnr_until_a_wqe_is_posted() {
     // Spec: MR-4.2.3, MR-4.2.4, MR-4.2.5.
-    let pool: Pool = Rc::new(RefCell::new(VecDeque::new()));
+    let pool = Pool::default();
     let mut l = Link::new(0x11, 0x21, &pool);
     let mut buf = vec![0u8; 9200];
     let mut now = 1_000u64;
@@ -212,7 +163,7 @@ fn empty_pool_refuses_with_rnr_until_a_wqe_is_posted() {
         (c.len(), c[0].wr_id, c[0].status),
         (1, 7, WcStatus::Success)
     );
-    assert_eq!(&l.mb.m.recv[&7][..11], b"wait for it");
+    assert_eq!(&l.mb.recv[&7][..11], b"wait for it");
     assert_eq!(comps(&mut l.a)[0].status, WcStatus::Success);
 }
 
@@ -220,7 +171,7 @@ fn empty_pool_refuses_with_rnr_until_a_wqe_is_posted() {
 fn a_later_message_arriving_first_binds_wqes_in_ssn_order() {
     // Spec: MR-4.2.3 — message SSN s uses the s-th WQE, also when it is taken
     // from the pool because a later message arrived first.
-    let pool: Pool = Rc::new(RefCell::new(VecDeque::new()));
+    let pool = Pool::default();
     let mut l = Link::new(0x11, 0x21, &pool);
     let mut buf = vec![0u8; 9200];
     for (wr, id) in [(1u64, 50u64), (2, 51), (3, 52)] {
@@ -255,7 +206,7 @@ fn a_later_message_arriving_first_binds_wqes_in_ssn_order() {
         vec![50, 51, 52]
     );
     for (id, text) in [(50u64, b"msg1"), (51, b"msg2"), (52, b"msg3")] {
-        assert_eq!(&l.mb.m.recv[&id][..4], text);
+        assert_eq!(&l.mb.recv[&id][..4], text);
     }
     assert!(comps(&mut l.a)
         .iter()

@@ -36,7 +36,11 @@
 //! atomics outstanding, congestion control at its tightest delay target, and
 //! reconnection of both QPs with the same numbers while the earlier pair's
 //! packets are still in the network. Those packets are genuine, not forged: the new pair must
-//! refuse them, and every check above still applies.
+//! refuse them, and every check above still applies. With reconnection on, a
+//! rare operation also resets one QP alone, which then starts anew while its
+//! peer goes on with the earlier connection: neither may take the other's
+//! messages or acknowledgements (a message reaches a peer only from the
+//! connection it is part of), and both must end their work.
 #![allow(dead_code)]
 
 use crate::common::VecMemory;
@@ -76,7 +80,8 @@ struct Variants {
     /// (MR-7.1.5); side 0 was told some other initial TSN.
     derived_tsn: bool,
     /// Operation 12 reconnects: both QPs restart with the same numbers and
-    /// new initial TSNs, the network keeping the earlier pair's packets.
+    /// new initial TSNs, the network keeping the earlier pair's packets; a
+    /// rare operation resets one QP alone ([`Pair::reset_one`]).
     reconnect: bool,
     /// Side `k` keeps at most this many READs and atomics outstanding
     /// (verbs `max_rd_atomic`; the core's largest if `None`).
@@ -150,10 +155,15 @@ enum Message {
 
 struct Side {
     conn: Connection,
+    /// The reconnection generation this side's connection was started in:
+    /// two sides are connected to each other only while theirs are equal (a
+    /// QP reset alone starts a generation its peer is not part of).
+    epoch: u32,
     mem: VecMemory,
-    /// Messages posted here that the peer receives, oldest first; the peer's
-    /// receive completions take them off in order.
-    messages: VecDeque<Message>,
+    /// Messages posted here that the peer receives, oldest first, each with
+    /// the [`Side::epoch`] it was posted in; the peer's receive completions
+    /// take them off in order.
+    messages: VecDeque<(u32, Message)>,
     /// Send-queue work requests posted and not completed, in posting order,
     /// with whether each is signaled.
     open_sends: VecDeque<(u64, bool)>,
@@ -181,10 +191,11 @@ impl Side {
         let mut mem = VecMemory::new();
         mem.add_region(REGION_KEY, REGION_BASE, REGION_LEN);
         if v.shared_recv[id as usize] {
-            mem.shared = Some(VecDeque::new());
+            mem.shared = Some(Default::default());
         }
         Side {
             conn: Connection::new(cfg),
+            epoch: 0,
             mem,
             messages: VecDeque::new(),
             open_sends: VecDeque::new(),
@@ -201,7 +212,7 @@ impl Side {
     /// from the shared queue): those still in the shared queue are the
     /// queue's, not the QP's.
     fn recvs_held(&self) -> Vec<u64> {
-        let pooled: HashSet<u64> = self.mem.shared.iter().flatten().map(|r| r.wr_id).collect();
+        let pooled: HashSet<u64> = self.mem.shared.iter().flat_map(|q| q.borrow().iter().map(|r| r.wr_id).collect::<Vec<_>>()).collect();
         self.open_recvs.iter().copied().filter(|w| !pooled.contains(w)).collect()
     }
 
@@ -213,6 +224,20 @@ impl Side {
             self.open_sends.clear();
         }
         self.open_sends.is_empty()
+    }
+
+    /// The QP through RESET to RTS with `cfg`, in generation `epoch`: work
+    /// posted to it is forgotten (verbs: no completions).
+    fn restart(&mut self, cfg: Config, epoch: u32) {
+        self.conn.reset(cfg);
+        self.epoch = epoch;
+        self.open_sends.clear();
+        self.reads.clear();
+        self.succeeded.clear();
+        // What the connection held went with it; a shared queue's WQEs stay.
+        for w in self.recvs_held() {
+            self.open_recvs.remove(&w);
+        }
     }
 
     fn new_wr_id(&mut self) -> u64 {
@@ -292,7 +317,7 @@ impl Side {
                 }
                 self.open_sends.push_back((wr_id, signaled));
                 if let Some(m) = message {
-                    self.messages.push_back(m);
+                    self.messages.push_back((self.epoch, m));
                 }
             }
             // Refused, but flushed (MR-7.3): it completes.
@@ -306,7 +331,8 @@ impl Side {
     fn post_recv(&mut self, len: u32) -> bool {
         let wr_id = self.new_wr_id();
         self.mem.set_recv(wr_id, len as usize);
-        if let Some(pool) = self.mem.shared.as_mut() {
+        if let Some(pool) = self.mem.shared.as_ref() {
+            let mut pool = pool.borrow_mut();
             // An SRQ as deep as a QP's receive queue.
             if pool.len() >= 1024 {
                 return false;
@@ -479,12 +505,17 @@ impl Pair {
                     // The first message still to come that did not fit (those
                     // before it that fit were dropped, or they would be here).
                     let room = me.mem.recv[&c.wr_id].len() as u32;
-                    let too_long = |m: &Message| matches!(*m, Message::Send { len, .. } if len > room);
+                    let too_long = |&(epoch, m): &(u32, Message)| {
+                        epoch == me.epoch && matches!(m, Message::Send { len, .. } if len > room)
+                    };
                     if let Some(k) = peer.messages.iter().position(too_long) {
                         peer.messages.drain(..=k);
                     }
-                } else {
-                    peer.messages.pop_front();
+                } else if let Some((epoch, m)) = peer.messages.pop_front() {
+                    assert_eq!(
+                        epoch, me.epoch,
+                        "side {i}: receive completion {c:?} of {m:?}, which the peer posted to a connection this one is not part of"
+                    );
                 }
                 return;
             }
@@ -493,7 +524,8 @@ impl Pair {
         if uc {
             // Spec: MR-4.6 — UC drops a message that lost a packet: the
             // messages received are a subsequence of those sent, in order.
-            let fits = |m: &Message| match (*m, c.opcode) {
+            let fits = |&(epoch, m): &(u32, Message)| match (m, c.opcode) {
+                _ if epoch != me.epoch => false,
                 (Message::Send { wr_id, len, imm }, WcOpcode::Recv) => {
                     let got = &me.mem.recv[&c.wr_id];
                     c.byte_len == len
@@ -509,9 +541,13 @@ impl Pair {
             peer.messages.drain(..=k);
             return;
         }
-        let Some(m) = peer.messages.pop_front() else {
+        let Some((epoch, m)) = peer.messages.pop_front() else {
             panic!("side {i}: receive completion {c:?} with no message sent");
         };
+        assert_eq!(
+            epoch, me.epoch,
+            "side {i}: receive completion {c:?} of {m:?}, which the peer posted to a connection this one is not part of"
+        );
         match (m, c.opcode) {
             (Message::Send { wr_id, len, imm }, WcOpcode::Recv) => {
                 assert_eq!(c.byte_len, len, "side {i}: length of {c:?}, sent {m:?}");
@@ -620,7 +656,11 @@ impl Pair {
                     }
                     // Rare: the consumer takes a QP out of service.
                     3 if s.byte() == 0xa5 => self.sides[i].conn.set_error(),
-                    4 if s.byte() == 0xa5 => self.sides[i].conn.close(),
+                    4 => match s.byte() {
+                        0xa5 => self.sides[i].conn.close(),
+                        0x5a if self.variants.reconnect => self.reset_one(i, s),
+                        _ => {}
+                    },
                     // Copies said to be under way (a driver that copies after
                     // its lock, MR-10.1.3), or done.
                     5 => self.sides[i].mem.unplaced = !self.sides[i].mem.unplaced,
@@ -647,7 +687,7 @@ impl Pair {
             return;
         }
         for (i, s) in self.sides.iter().enumerate() {
-            for m in &s.messages {
+            for (_, m) in &s.messages {
                 let (Message::Send { wr_id, .. } | Message::WriteImm { wr_id, .. }) = *m;
                 assert!(
                     !s.succeeded.contains(&wr_id),
@@ -664,34 +704,50 @@ impl Pair {
     fn reconnect(&mut self, s: &mut Script<'_>) {
         // Completions already made are in the CQ, which a reset leaves alone.
         self.poll_completions();
-        // Far from every earlier pair's TSNs (a window is 256 packets; a
-        // script sends far fewer than 2^23), as random initial TSNs almost
-        // always are: 2^24 apart per generation, 255 generations at most.
-        let jitter = u32::from(s.u16()) << 4;
-        if self.generation == 255 {
+        let Some(cfgs) = self.next_generation(s) else {
             return;
-        }
-        self.generation += 1;
-        let shift = (self.generation << 24).wrapping_add(jitter);
-        let starts = [self.first_cfgs[0].initial_tsn, self.first_cfgs[0].peer_initial_tsn].map(|t| t.wrapping_add(shift));
-        let cfgs = paired_configs(self.first_cfgs, starts, self.variants.derived_tsn);
+        };
         if self.trace {
             eprintln!("{:>12} reconnect: TSNs {:#x} / {:#x}", self.now, cfgs[0].initial_tsn, cfgs[1].initial_tsn);
         }
         for (k, side) in self.sides.iter_mut().enumerate() {
-            side.conn.reset(cfgs[k]);
-            side.open_sends.clear();
+            side.restart(cfgs[k], self.generation);
             side.messages.clear();
-            side.reads.clear();
-            side.succeeded.clear();
-            // What the connection held went with it; a shared queue's WQEs stay.
-            let held = side.recvs_held();
-            for w in held {
-                side.open_recvs.remove(&w);
-            }
         }
         // What was forged reached the earlier pair only.
         self.forged = false;
+    }
+
+    /// Side `i`'s QP alone through RESET to RTS, as for a new peer with the
+    /// same numbers: its peer goes on with the earlier connection, whose
+    /// packets (and the reset QP's earlier ones) stay in the network. The
+    /// reset QP's messages posted before stay where they are (the peer may
+    /// still take those it had not yet received); none posted after may
+    /// reach the peer, nor any of the peer's reach the reset QP.
+    fn reset_one(&mut self, i: usize, s: &mut Script<'_>) {
+        self.poll_completions();
+        let Some(cfgs) = self.next_generation(s) else {
+            return;
+        };
+        if self.trace {
+            eprintln!("{:>12} reset side {i} alone: TSN {:#x}", self.now, cfgs[i].initial_tsn);
+        }
+        self.sides[i].restart(cfgs[i], self.generation);
+    }
+
+    /// The configurations of a new generation: the first ones with initial
+    /// TSNs far from every earlier generation's (a window is 256 packets; a
+    /// script sends far fewer than 2^23), as random initial TSNs almost
+    /// always are: 2^24 apart per generation, 255 generations at most.
+    fn next_generation(&mut self, s: &mut Script<'_>) -> Option<[Config; 2]> {
+        let jitter = u32::from(s.u16()) << 4;
+        if self.generation == 255 {
+            return None;
+        }
+        self.generation += 1;
+        let shift = (self.generation << 24).wrapping_add(jitter);
+        let starts = [self.first_cfgs[0].initial_tsn, self.first_cfgs[0].peer_initial_tsn].map(|t| t.wrapping_add(shift));
+        Some(paired_configs(self.first_cfgs, starts, self.variants.derived_tsn))
     }
 
     /// A perfect network and memory from now on: everything queued is

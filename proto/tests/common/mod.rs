@@ -3,7 +3,9 @@
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
 use metaroce_proto::{AtomicOp, Flush, LocalMemory, MemError, RecvWr, Responder};
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
 
 /// xorshift64*; deterministic, seedable.
 #[derive(Clone, Debug)]
@@ -46,6 +48,10 @@ pub fn draw_ppm(seed: &mut u64, ppm: u64) -> bool {
     (*seed >> 33) % 1_000_000 < ppm
 }
 
+/// A verbs SRQ: receive WQEs in posting order, shared by the memories of
+/// the connections that take from it.
+pub type SharedRecvQueue = Rc<RefCell<VecDeque<RecvWr>>>;
+
 /// Registered regions by rkey, local buffers and receive buffers by wr_id.
 #[derive(Default, Debug, Clone)]
 pub struct VecMemory {
@@ -72,8 +78,12 @@ pub struct VecMemory {
     pub unplaced: bool,
     /// A shared receive queue (verbs SRQ) the connection takes receive WQEs
     /// from when a message needs one (MR-4.2.3); `None`: the QP has none.
-    /// Each WQE's buffer is set up (`set_recv`) when it is posted here.
-    pub shared: Option<VecDeque<RecvWr>>,
+    /// A WQE taken gets a zeroed buffer of its length unless one was set up
+    /// (`set_recv`) when it was posted.
+    pub shared: Option<SharedRecvQueue>,
+    /// The WQEs this memory's connection took from [`Self::shared`], in
+    /// the order it took them.
+    pub taken: Vec<u64>,
 }
 
 impl VecMemory {
@@ -120,7 +130,10 @@ impl Responder for VecMemory {
         !self.unplaced
     }
     fn take_shared_recv(&mut self) -> Option<RecvWr> {
-        self.shared.as_mut()?.pop_front()
+        let wr = self.shared.as_ref()?.borrow_mut().pop_front()?;
+        self.recv.entry(wr.wr_id).or_insert_with(|| vec![0; wr.len as usize]);
+        self.taken.push(wr.wr_id);
+        Some(wr)
     }
     fn write_remote(&mut self, rkey: u32, va: u64, data: &[u8]) -> Result<(), MemError> {
         self.resident()?;
