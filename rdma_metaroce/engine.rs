@@ -585,19 +585,8 @@ impl Engine {
     /// completes with a local QP operation error and the QP goes to the error state
     /// (verbs: a malformed WQE found by the device is a local QP operation error).
     pub(crate) fn reject_posted(&mut self, io: &mut impl Io, recv: bool, wr_id: u64) {
-        let wc = Wc {
-            qpn: self.qpn,
-            qp_handle: 0,
-            wr_id,
-            status: WcStatus::LocQpOpErr,
-            opcode: if recv { WcOpcode::Recv } else { WcOpcode::Send },
-            byte_len: 0,
-            src_qp: 0,
-            imm: None,
-            invalidated_rkey: None,
-            grh: Grh::None,
-        };
-        io.complete(recv, wc, false);
+        let opcode = if recv { WcOpcode::Recv } else { WcOpcode::Send };
+        io.complete(recv, wc_of(self.qpn, wr_id, &Completion::new(wr_id, WcStatus::LocQpOpErr, opcode, 0)), false);
         self.to_error();
     }
 
@@ -1268,15 +1257,8 @@ impl Engine {
                     local_failed = true;
                 }
                 if let Some(slot) = q.sq[i].as_mut() {
-                    slot.done = Some(Completion {
-                        wr_id: i as u64,
-                        status: if r.is_ok() { WcStatus::Success } else { failed },
-                        opcode,
-                        byte_len: 0,
-                        imm: None,
-                        invalidated_rkey: None,
-                        solicited: false,
-                    });
+                    let status = if r.is_ok() { WcStatus::Success } else { failed };
+                    slot.done = Some(Completion::new(i as u64, status, opcode, 0));
                 }
                 q.sqr.fed = q.sqr.fed.wrapping_add(1);
                 if local_failed {
@@ -1291,15 +1273,7 @@ impl Engine {
                     // Refused (e.g. a misaligned atomic): complete it with an error.
                     let i = q.sqr.idx(q.sqr.fed);
                     if let Some(slot) = q.sq[i].as_mut() {
-                        slot.done = Some(Completion {
-                            wr_id: i as u64,
-                            status: WcStatus::LocQpOpErr,
-                            opcode: WcOpcode::of(s.wr.opcode),
-                            byte_len: 0,
-                            imm: None,
-                            invalidated_rkey: None,
-                            solicited: false,
-                        });
+                        slot.done = Some(Completion::new(i as u64, WcStatus::LocQpOpErr, WcOpcode::of(s.wr.opcode), 0));
                     }
                     q.sqr.fed = q.sqr.fed.wrapping_add(1);
                 }
@@ -1522,18 +1496,7 @@ impl Engine {
         if !self.errored {
             return;
         }
-        let flush = |wr_id: u64, opcode: WcOpcode, qpn: u32| Wc {
-            qpn,
-            qp_handle: 0,
-            wr_id,
-            status: WcStatus::WrFlushErr,
-            opcode,
-            byte_len: 0,
-            src_qp: 0,
-            imm: None,
-            invalidated_rkey: None,
-            grh: Grh::None,
-        };
+        let flush = |wr_id: u64, opcode: WcOpcode, qpn: u32| wc_of(qpn, wr_id, &Completion::new(wr_id, WcStatus::WrFlushErr, opcode, 0));
         // Only once the connection's own completions are out (`head == fed`).
         // Slots are published free before their completions (see `retire`).
         let (q, user) = (&mut self.q, self.user.as_ref());

@@ -1234,15 +1234,7 @@ impl Connection {
         }
         if self.state == QpState::Error {
             // Spec: MR-7.3.4 — posts to an errored QP complete with flush.
-            self.push_cq(Completion {
-                wr_id: wr.wr_id,
-                status: WcStatus::WrFlushErr,
-                opcode: WcOpcode::of(wr.opcode),
-                byte_len: 0,
-                imm: None,
-                invalidated_rkey: None,
-                solicited: false,
-            });
+            self.push_cq(Completion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::of(wr.opcode), 0));
             return Ok(());
         }
         let mut e = SqEntry::EMPTY;
@@ -1262,15 +1254,7 @@ impl Connection {
             return Err(PostError::QueueFull);
         }
         if self.state == QpState::Error {
-            self.push_cq(Completion {
-                wr_id: wr.wr_id,
-                status: WcStatus::WrFlushErr,
-                opcode: WcOpcode::Recv,
-                byte_len: 0,
-                imm: None,
-                invalidated_rkey: None,
-                solicited: false,
-            });
+            self.push_cq(Completion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0));
             return Ok(());
         }
         self.rq[(self.rq_tail as usize) % RQ_DEPTH] = wr;
@@ -1877,15 +1861,7 @@ impl Connection {
                     path: p as u8,
                 };
                 if s.recv_len_err && !ssn_out_of_turn {
-                    self.push_cq(Completion {
-                        wr_id: s.recv_wr,
-                        status: WcStatus::LocLenErr,
-                        opcode: WcOpcode::Recv,
-                        byte_len: 0,
-                        imm: None,
-                        invalidated_rkey: None,
-                        solicited: false,
-                    });
+                    self.push_cq(Completion::new(s.recv_wr, WcStatus::LocLenErr, WcOpcode::Recv, 0));
                     self.rq_head = self.rq_head.wrapping_add(1);
                 }
                 // Spec: MR-7.3.2 — the responses to earlier READs and atomics
@@ -2654,15 +2630,7 @@ impl Connection {
             }
             // Spec: MR-7.4.2 — unsignaled WRs complete silently on success.
             if e.wr.flags & WR_SIGNALED != 0 {
-                self.push_cq(Completion {
-                    wr_id: e.wr.wr_id,
-                    status: WcStatus::Success,
-                    opcode: WcOpcode::of(e.wr.opcode),
-                    byte_len: e.wr.len,
-                    imm: None,
-                    invalidated_rkey: None,
-                    solicited: false,
-                });
+                self.push_cq(Completion::new(e.wr.wr_id, WcStatus::Success, WcOpcode::of(e.wr.opcode), e.wr.len));
             }
             self.sq_head = self.sq_head.wrapping_add(1);
         }
@@ -2696,19 +2664,8 @@ impl Connection {
                 _ => WcStatus::WrFlushErr,
             };
             if status != WcStatus::Success || e.wr.flags & WR_SIGNALED != 0 {
-                self.push_cq(Completion {
-                    wr_id: e.wr.wr_id,
-                    status,
-                    opcode: WcOpcode::of(e.wr.opcode),
-                    byte_len: if status == WcStatus::Success {
-                        e.wr.len
-                    } else {
-                        0
-                    },
-                    imm: None,
-                    invalidated_rkey: None,
-                    solicited: false,
-                });
+                let byte_len = if status == WcStatus::Success { e.wr.len } else { 0 };
+                self.push_cq(Completion::new(e.wr.wr_id, status, WcOpcode::of(e.wr.opcode), byte_len));
             }
             k = k.wrapping_add(1);
         }
@@ -2717,15 +2674,7 @@ impl Connection {
         self.msg_una = self.sq_tail;
         while self.rq_head != self.rq_tail {
             let r = self.rq[(self.rq_head as usize) % RQ_DEPTH];
-            self.push_cq(Completion {
-                wr_id: r.wr_id,
-                status: WcStatus::WrFlushErr,
-                opcode: WcOpcode::Recv,
-                byte_len: 0,
-                imm: None,
-                invalidated_rkey: None,
-                solicited: false,
-            });
+            self.push_cq(Completion::new(r.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0));
             self.rq_head = self.rq_head.wrapping_add(1);
         }
         self.pkts.fill(Pkt::EMPTY);

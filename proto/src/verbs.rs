@@ -306,6 +306,15 @@ pub struct Completion {
     pub solicited: bool,
 }
 
+impl Completion {
+    /// A completion that carries no immediate data, invalidated key or
+    /// solicited flag: every send-queue completion, and every receive that
+    /// failed or was flushed.
+    pub const fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, byte_len: u32) -> Self {
+        Completion { wr_id, status, opcode, byte_len, imm: None, invalidated_rkey: None, solicited: false }
+    }
+}
+
 /// Why the caller refused a memory access (MR-9.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
