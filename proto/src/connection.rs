@@ -66,6 +66,8 @@ pub const PROBE_LEN: usize = BaseRepr::LEN + AckRepr::LEN;
 pub const MAX_HEADER: usize = BaseRepr::LEN + RequestRepr::LEN + AtomicRepr::LEN;
 
 const NIL: u16 = 0xFFFF;
+/// [`Connection::first_tx`] before the first packet.
+const NEVER: u64 = u64::MAX;
 const K_FREE: u8 = 0;
 /// [`Pkt::rescued_from`] when no tail loss probe moved the packet.
 const NO_PATH: u8 = u8::MAX;
@@ -796,6 +798,9 @@ pub struct Connection {
     last_progress: u64,
     /// When a data packet was last transmitted (0: never), for MR-5.4.6.
     last_data_tx: u64,
+    /// When this connection first sent a packet ([`NEVER`]: not yet): an
+    /// echoed timestamp from before it is not ours (MR-5.5.1).
+    first_tx: u64,
     rto_backoff: u8,
     retries: u8,
     tlp_pending: bool,
@@ -938,6 +943,7 @@ impl Connection {
             reo_losses: 0,
             last_progress: 0,
             last_data_tx: 0,
+            first_tx: NEVER,
             rto_backoff: 0,
             retries: 0,
             tlp_pending: false,
@@ -998,6 +1004,7 @@ impl Connection {
         self.peer_credit = u32::MAX;
         self.last_ack = 0;
         self.last_data_tx = 0;
+        self.first_tx = NEVER;
         self.rack_sent = 0;
         self.reo_mult = 0;
         self.reo_grown_at = 0;
@@ -2069,11 +2076,17 @@ impl Connection {
             let path = &self.paths[e];
             echo_sent && (!path.has_rtt || seq_lt(path.rtt_echo_psn, a.echo_psn))
         };
+        // Spec: MR-5.5.1 — an echo older than this connection's first packet
+        // is not of ours: a late packet of an earlier QP with the same numbers,
+        // answered by the new peer, echoes the earlier QP's timestamp, and
+        // taken as the first sample it set the path's srtt to the time between
+        // the two QPs.
         let rtt = if fresh {
             let r = (now as u32)
                 .wrapping_sub(a.echo_ts)
                 .wrapping_sub(a.ack_delay);
-            if r < 1_000_000_000 {
+            let ours = self.first_tx != NEVER && u64::from(r) <= now.saturating_sub(self.first_tx);
+            if r < 1_000_000_000 && ours {
                 Some(r.max(1))
             } else {
                 None
@@ -3076,6 +3089,15 @@ impl Connection {
         if buf.len() < self.max_packet_len() {
             return None;
         }
+        let sent = self.next_transmit(now, buf, mem);
+        if sent.is_some() && self.first_tx == NEVER {
+            self.first_tx = now.as_nanos();
+        }
+        sent
+    }
+
+    /// [`Self::poll_transmit`]'s packet, once the buffer is known to hold any.
+    fn next_transmit<M: Memory>(&mut self, now: Instant, buf: &mut [u8], mem: &mut M) -> Option<Transmit> {
         let t = now.as_nanos();
         if let Some(n) = self.nak.take() {
             return self.emit_ack(t, n.path as usize, Some(n), buf);
@@ -3695,7 +3717,7 @@ mod size_tests {
             assert_eq!(core::mem::size_of::<MsgSlot>(), 144);
             assert_eq!(core::mem::size_of::<SqEntry>(), 80);
             assert_eq!(core::mem::size_of::<Path>(), 184);
-            assert_eq!(core::mem::size_of::<Connection>(), 28_208);
+            assert_eq!(core::mem::size_of::<Connection>(), 28_216);
         }
     }
 }

@@ -2502,3 +2502,66 @@ fn a_message_out_of_its_receive_turn_is_refused_not_completed_twice() {
     });
     assert_eq!(nak, Some(wire::Syndrome::NakInvalid));
 }
+
+#[test]
+fn a_late_request_of_an_earlier_qp_gives_no_rtt_sample() {
+    // Spec: MR-5.5.1, MR-9.3.1 — QP numbers are reused: a request the earlier
+    // QP sent, arriving late at the new pair's responder, lies behind its
+    // window and is answered as a duplicate. On a path the new pair has not
+    // used yet, that answer echoes the earlier QP's timestamp: taken as the
+    // path's first RTT sample, it set the new path's srtt to the 300 ms
+    // between the two QPs (and its RTO and loss timer with it), and one real
+    // sample later the srtt was still 262 ms.
+    let mut old = Pair::new(|c| {
+        if c.local_qpn == 1 {
+            c.initial_tsn = 0x1000_0000
+        } else {
+            c.peer_initial_tsn = 0x1000_0000
+        }
+    });
+    old.ma.set_local(1, vec![1; 8]);
+    old.a.post_send(SendWr::write(1, 8, 0x1000, 0x77)).unwrap();
+    let stale = old.out_a();
+    assert_eq!(stale.len(), 1);
+    let mut t = Pair::new(|c| {
+        if c.local_qpn == 1 {
+            c.initial_tsn = 0x1100_0000
+        } else {
+            c.peer_initial_tsn = 0x1100_0000
+        }
+    });
+    t.now = 300_000_000;
+    let srtt = |c: &Connection| (0..MAX_PATHS).filter_map(|q| c.path_info(q)).map(|p| p.srtt_ns).collect::<Vec<_>>();
+    let unsampled = srtt(&t.a);
+    let deliver_stale = |t: &mut Pair| {
+        t.deliver_b(&stale[0]);
+        let answers = t.out_b();
+        assert!(!answers.is_empty(), "the late request is answered as a duplicate");
+        for p in &answers {
+            t.deliver_a(p);
+        }
+        assert_eq!(t.a.state(), QpState::Rts);
+    };
+    deliver_stale(&mut t);
+    assert_eq!(srtt(&t.a), unsampled, "the earlier QP's timestamp was taken as the first RTT sample");
+    // The new pair exchanges a message on every path: each has its RTT.
+    for k in 0..MAX_PATHS as u64 {
+        t.ma.set_local(k, vec![2; 8]);
+        t.a.post_send(SendWr::write(k, 8, 0x1000, 0x77)).unwrap();
+    }
+    let sent = t.out_a();
+    t.now += 20_000;
+    for p in &sent {
+        t.deliver_b(p);
+    }
+    for p in t.out_b() {
+        t.deliver_a(&p);
+    }
+    assert_eq!(t.comps_a().len(), MAX_PATHS);
+    let sampled = srtt(&t.a);
+    assert!(sampled.iter().all(|&r| r == 20_000), "{sampled:?}");
+    // Once the path has had packets, its answer echoes the newest of them.
+    t.now += 1_000;
+    deliver_stale(&mut t);
+    assert_eq!(srtt(&t.a), sampled);
+}

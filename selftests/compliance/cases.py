@@ -1535,7 +1535,8 @@ def t_rack(T):
 @case("MR-5.3.6 MR-5.3.2 MR-5.5.1",
       "after an ACK reports a duplicate, a PSN gap alone no longer declares a loss")
 def t_dup_ends_gap_rule(T):
-    # Echo timestamps 400 ms in the past make srtt about 400 ms, so the time rule
+    # Echo timestamps 400 ms in the past, older than the connection, are no RTT
+    # samples (MR-5.5.1): srtt stays at the initial 200 ms, so the time rule
     # (MR-5.3.3) cannot fire within the 150 ms looked at: only the gap rule can.
     old = 400_000_000
 
@@ -2248,26 +2249,39 @@ def t_cc_ecn(T):
       "rising delay (echoed RTT above base_rtt + target) cuts the window by at most max_mdf")
 def t_cc_delay(T):
     with link(T, target_qdelay_us=10000, **CC_CONF) as L:
-        post(T, L, 1, "write", len=400 * 1024, va=0, rkey=1)
         R = Receiver(L)
+        # A first message whose ACK the tester holds 300 ms: a slow first RTT
+        # sample (the base RTT only falls from there), and a connection old
+        # enough for the delayed echo below, of this packet's timestamp (an
+        # echo older than the connection is no RTT sample, MR-5.5.1).
+        post(T, L, 1, "write", len=8, va=0, rkey=1)
+        first = collect(L, 1, 1.0, first_tx)[0]
+        R.take(first)
+        time.sleep(0.3)
+        R.ack_path(first.p.path, msn=1)
+        T.dut.wait_cq(L.dqpn, 1, 500)
+        post(T, L, 2, "write", len=400 * 1024, va=0, rkey=1)
         rx, per = burst(L)
         for r in rx:
             R.take(r)
         for p in (0, 1):
-            R.ack_path(p, msn=0)               # clean RTT samples: base_rtt
+            R.ack_path(p, msn=1)               # clean RTT samples: base_rtt
         rx, per = burst(L)
         before = cwnds(T, L)
         for r in rx:
             R.take(r)
         hi = R.path_hi[0]
-        R.path_hi[0] = (hi[0], (hi[1] - 600_000_000) & 0xFFFFFFFF)    # +600 ms queueing
-        R.ack_path(0, msn=0)
-        R.ack_path(1, msn=0)
+        # The newest packet's echo with the first packet's timestamp: an RTT of
+        # the connection's age (over 400 ms) against a base of about 60 ms:
+        # beta 0.8 x (rtt - base - target) / rtt is above max_mdf (1/2).
+        R.path_hi[0] = (hi[0], first.p.ts)
+        R.ack_path(0, msn=1)
+        R.ack_path(1, msn=1)
         rx3, per3 = burst(L)
         after = cwnds(T, L)
         if before is not None:
             check(abs(after[0] - before[0] // 2) <= 1,
-                  "path 0 window %d -> %d; delay 600 ms over target must cut by max_mdf (1/2)",
+                  "path 0 window %d -> %d; a delay of 400 ms over the base must cut by max_mdf (1/2)",
                   before[0], after[0])
         check(per3.get(0, 0) <= per.get(0, 0) // 2 + 1 and per3.get(0, 0) >= per.get(0, 0) // 2 - 1,
               "path 0 burst %d -> %d after a delay signal", per.get(0, 0), per3.get(0, 0))
@@ -2490,6 +2504,24 @@ def t_rtt_sample(T):
         T.dut.wait_cq(L.dqpn, 1, 500)
         srtt = T.dut.paths(L.dqpn)[0]["srtt_ns"]
         check(srtt < 15_000_000, "srtt %.1f ms: the 30 ms ACK delay was not subtracted", srtt / 1e6)
+
+
+@case("MR-5.5.1", "an echo older than the connection's first packet is no RTT sample")
+def t_rtt_older_than_connection(T):
+    need(T, "paths")
+    with link(T, paths=1) as L:
+        unsampled = T.dut.paths(L.dqpn)[0]["srtt_ns"]
+        post(T, L, 1, "write", len=8, va=0, rkey=1)
+        r = collect(L, 1, 1.0, first_tx)[0]
+        # The DUT's only packet echoed with a timestamp 100 ms before it: what
+        # a new peer's answer to a late packet of an earlier QP with the same
+        # numbers carries. The ACK itself is good: the WRITE completes.
+        old_ts = (r.p.ts - 100_000_000) & 0xFFFFFFFF
+        L.ack((L.dtsn0 + 1) & 0xFFFFFFFF, path=0, echo_psn=r.p.psn, echo_ts=old_ts, rcv=1, msn=1)
+        T.dut.wait_cq(L.dqpn, 1, 500)
+        srtt = T.dut.paths(L.dqpn)[0]["srtt_ns"]
+        check(srtt == unsampled, "srtt %.1f ms (%.1f ms before): an echo older than the connection "
+              "was taken as an RTT sample", srtt / 1e6, unsampled / 1e6)
 
 
 @case("MR-2.6.1 MR-2.6.2", "MTU is configurable: 4096 and 256 byte segmentation")
@@ -2743,7 +2775,9 @@ def t_ack_rcv_zero(T):
       "RACK timing: a packet with one later PSN acked is declared lost at sent + 5/4 srtt, "
       "not before")
 def t_rack_timing(T):
-    srtt = 0.300          # established through the echoed timestamp of the first ACK
+    # srtt: the initial RTT. The first ACK's echo, 300 ms older than the
+    # connection, gives no sample (MR-5.5.1; a core that takes it gets 300 ms too).
+    srtt = 0.300
     with link(T, paths=1, init_window=8 * 1024, min_path_rto_us=3000000, min_rto_us=4000000,
               max_rto_us=8000000, initial_rtt_us=300000) as L:
         post(T, L, 1, "write", len=3 * 1024, va=0, rkey=1)
@@ -2751,7 +2785,7 @@ def t_rack_timing(T):
         check(len(rx) == 3, "got %d packets", len(rx))
         rx.sort(key=lambda r: (r.p.tsn - L.dtsn0) & 0xFFFFFFFF)
         t_sent = rx[0].t
-        # ACK only the middle packet; its echo makes the RTT sample ~300 ms.
+        # ACK only the middle packet.
         ts = (rx[1].p.ts - int(srtt * 1e9)) & 0xFFFFFFFF
         L.ack(L.dtsn0, [rx[1].p.tsn], path=0, echo_psn=rx[1].p.psn, echo_ts=ts, rcv=1)
         r = L.recv(1.5, lambda r: data_pred(r) and r.p.tsn == rx[0].p.tsn)
