@@ -2799,8 +2799,13 @@ impl Connection {
             p.status == PathStatus::Active && !p.probe_pending && p.probe_deadline == 0
         }) {
             self.paths[q].probe_pending = true;
-            self.report_probe_unanswered = true;
         }
+        // Also when no path is free to probe: the probes already out (a failed
+        // path's, MR-6.4.3) ask the peer as well, and an ACK answering any of
+        // them clears this. Set only with a probe of its own, a requester whose
+        // every path had failed never counted a retry: it probed a peer in the
+        // error state for ever, the READ it waited for never completing.
+        self.report_probe_unanswered = true;
         self.last_progress = now;
         self.rto_backoff = self.rto_backoff.saturating_add(1);
     }

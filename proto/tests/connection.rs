@@ -2565,3 +2565,61 @@ fn a_late_request_of_an_earlier_qp_gives_no_rtt_sample() {
     deliver_stale(&mut t);
     assert_eq!(srtt(&t.a), sampled);
 }
+
+#[test]
+fn a_report_wait_fails_when_no_path_is_free_to_probe() {
+    // Spec: MR-5.5.4, MR-6.4.3 — A has one path, and its SEND is acknowledged
+    // but its delivery not reported. A's probes for the report go unanswered,
+    // which takes the path out of service (probed on its own from then on); an
+    // ACK that revives nothing (a repeat, reporting no packets) comes after
+    // that; then B is silent. Later waits find no path free to probe, and only
+    // a probe of the wait's own counted a retry: A probed the path for ever,
+    // backing off, and never failed the work (found by the `pair_variants`
+    // driver: a READ waiting for the responses of a responder in the error
+    // state, 7,820 probes).
+    let mut t = Pair::new(|c| {
+        c.retry_cnt = 3;
+        c.num_paths = 1;
+    });
+    t.ma.set_local(1, vec![1; 10]);
+    t.mb.set_recv(60, 100);
+    t.b.post_recv(RecvWr { wr_id: 60, len: 100 }).unwrap();
+    t.a.post_send(SendWr::send(1, 10)).unwrap();
+    t.mb.unplaced = true;
+    for p in t.out_a() {
+        t.deliver_b(&p);
+    }
+    let acks = t.out_b();
+    assert_eq!(acks.len(), 1);
+    t.deliver_a(&acks[0]);
+    assert!(t.comps_a().is_empty() && !t.a.in_flight(), "acknowledged, not delivered");
+    // The same ACK again, reporting no packets received.
+    let mut repeat = wire::PacketRepr::parse(&acks[0].1).unwrap();
+    match &mut repeat.body {
+        wire::Body::Ack(a) => a.rcv_count = 0,
+        b => panic!("not an ACK: {b:?}"),
+    }
+    let mut bytes = vec![0u8; acks[0].1.len()];
+    let n = repeat.emit(&mut bytes).unwrap();
+    let repeat = (acks[0].0, bytes[..n].to_vec());
+    // Waits and probes, none answered, until the path is out of service.
+    let mut probes = 0;
+    while t.a.path_info(0).unwrap().status == PathStatus::Active {
+        let deadline = t.a.poll_timeout().expect("the requester waits for a report with no timer");
+        t.now = t.now.max(deadline.as_nanos());
+        t.a.handle_timeout(Instant(t.now));
+        probes += t.out_a().len();
+        assert!(probes < 100 && t.a.state() == QpState::Rts, "the path stayed in service ({probes} probes)");
+    }
+    t.deliver_a(&repeat);
+    assert_eq!(t.a.state(), QpState::Rts);
+    for _ in 0..1000 {
+        let Some(deadline) = t.a.poll_timeout() else { break };
+        t.now = t.now.max(deadline.as_nanos());
+        t.a.handle_timeout(Instant(t.now));
+        probes += t.out_a().len();
+    }
+    let got: Vec<_> = t.comps_a().iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(got, vec![(1, WcStatus::RetryExcErr)], "after {probes} probes");
+    assert_eq!(t.a.state(), QpState::Error);
+}
