@@ -1867,6 +1867,31 @@ def t_report_probe_unanswered(T):
               "completions %s (a requester whose probes go unanswered must fail, not wait for ever)", c)
 
 
+@case("MR-5.5.4 MR-6.4.3 MR-5.5.3",
+      "a delivery report waited for while the only path is out of service: RETRY_EXC_ERR once "
+      "the retries run out")
+def t_report_wait_no_free_path(T):
+    with link(T, paths=1, retry_cnt=1, min_rto_us=Prefer(20000), min_path_rto_us=Prefer(20000),
+              max_rto_us=Prefer(120000)) as L:
+        post(T, L, 1, "send", len=16)
+        rx = collect(L, 1, 1.0, first_tx)
+        check(len(rx) == 1 and rx[0].op == SEND, "no SEND: %s", rx)
+        ack_all(L, rx, 0)          # its TSN acknowledged, its delivery never reported
+        # No probe answered, until the DUT probes from another port: its only
+        # path is out of service, probed on its own (MR-6.4.3).
+        moved = L.recv(5.0, lambda r: r.op == PROBE and r.sport != rx[0].sport)
+        check(moved is not None, "the DUT never took its unanswered path out of service")
+        # An ACK that revives nothing: the same acknowledgement again, reporting
+        # no packets. Then silence.
+        R = Receiver(L)
+        R.take(rx[0])
+        R.ack_path(rx[0].p.path, msn=0, rcv=0)
+        c = T.dut.wait_cq(L.dqpn, 1, 10000)
+        check([(x["wr"], x["status"]) for x in c] == [(1, WC_RETRY_EXC_ERR)],
+              "completions %s (a requester whose only path is out of service must still count its "
+              "unanswered waits, and fail)", c)
+
+
 @case("MR-5.4.7",
       "a destroyed QP repeats its latest ACK once: the delivery report its peer may have lost")
 def t_last_word(T):
