@@ -2421,6 +2421,19 @@ fn a_read_nak_reaches_a_requester_with_fewer_paths() {
     }
 }
 
+/// Fires A's timers, nothing it sends answered, until it has no timer left (at
+/// most 1,000 firings); returns how many packets A sent meanwhile.
+fn fire_unanswered(t: &mut Pair) -> usize {
+    let mut sent = 0;
+    for _ in 0..1000 {
+        let Some(deadline) = t.a.poll_timeout() else { break };
+        t.now = t.now.max(deadline.as_nanos());
+        t.a.handle_timeout(Instant(t.now));
+        sent += t.out_a().len();
+    }
+    sent
+}
+
 #[test]
 fn a_report_wait_fails_only_when_the_peer_stops_answering() {
     // Spec: MR-5.5.4 — A's SEND is acknowledged but its delivery not reported
@@ -2449,13 +2462,7 @@ fn a_report_wait_fails_only_when_the_peer_stops_answering() {
     // each counts a retry, and the SEND fails as MR-5.5.3's would. (It probed
     // for ever, and the QP never failed, until the `pair` fuzz driver found it.)
     let mut t = setup();
-    let mut probes = 0;
-    for _ in 0..1000 {
-        let Some(deadline) = t.a.poll_timeout() else { break };
-        t.now = t.now.max(deadline.as_nanos());
-        t.a.handle_timeout(Instant(t.now));
-        probes += t.out_a().len();
-    }
+    let probes = fire_unanswered(&mut t);
     let got: Vec<_> = t.comps_a().iter().map(|c| (c.wr_id, c.status)).collect();
     assert_eq!(got, vec![(1, WcStatus::RetryExcErr)], "after {probes} probes");
     assert_eq!(t.a.state(), QpState::Error);
@@ -2613,12 +2620,7 @@ fn a_report_wait_fails_when_no_path_is_free_to_probe() {
     }
     t.deliver_a(&repeat);
     assert_eq!(t.a.state(), QpState::Rts);
-    for _ in 0..1000 {
-        let Some(deadline) = t.a.poll_timeout() else { break };
-        t.now = t.now.max(deadline.as_nanos());
-        t.a.handle_timeout(Instant(t.now));
-        probes += t.out_a().len();
-    }
+    probes += fire_unanswered(&mut t);
     let got: Vec<_> = t.comps_a().iter().map(|c| (c.wr_id, c.status)).collect();
     assert_eq!(got, vec![(1, WcStatus::RetryExcErr)], "after {probes} probes");
     assert_eq!(t.a.state(), QpState::Error);
