@@ -805,9 +805,10 @@ pub struct Connection {
     retries: u8,
     tlp_pending: bool,
     tlp_done: bool,
-    /// Spec: MR-5.5.4 — a probe asking for a delivery report went out and no
-    /// ACK has come since.
-    report_probe_unanswered: bool,
+    /// Spec: MR-5.5.4 — a wait for a delivery report (or responses) ended,
+    /// asking the peer with a probe where a path was free for one, and no
+    /// ACK has come since: the next such deadline counts a retry.
+    report_wait_unanswered: bool,
     rnr_until: u64,
     rnr_retries: u8,
     // Responder.
@@ -948,7 +949,7 @@ impl Connection {
             retries: 0,
             tlp_pending: false,
             tlp_done: false,
-            report_probe_unanswered: false,
+            report_wait_unanswered: false,
             rnr_until: 0,
             rnr_retries: 0,
             rcv_nxt: cfg.peer_initial_tsn,
@@ -1014,7 +1015,7 @@ impl Connection {
         self.retries = 0;
         self.tlp_pending = false;
         self.tlp_done = false;
-        self.report_probe_unanswered = false;
+        self.report_wait_unanswered = false;
         self.rnr_until = 0;
         self.rnr_retries = 0;
         self.rcv_nxt = cfg.peer_initial_tsn;
@@ -2061,7 +2062,7 @@ impl Connection {
         // Spec: MR-3.5.1 — ACK state is per path; the echo path names it.
         let e = (a.echo_path as usize) % MAX_PATHS;
         self.last_ack = now;
-        self.report_probe_unanswered = false;
+        self.report_wait_unanswered = false;
         let syn = a.syndrome.unwrap_or(Syndrome::Ack);
         // RTT sample from the echoed timestamp (MR-5.5.1); the base RTT takes one
         // per echoed packet (ACKs sent as older packets arrive late echo the same,
@@ -2780,12 +2781,12 @@ impl Connection {
     /// work incomplete: the ACK that reported its delivery may have been lost (a
     /// delivery that lagged its packets' acknowledgement is reported once).
     /// Probe an active path: the answer is an ACK, which carries the delivery
-    /// point. The wait backs off like the RTO; it counts a retry only when the
-    /// previous probe went unanswered (a peer that answers is there and may
-    /// just be slow; one that does not may be gone, and the work must then fail
-    /// as MR-5.5.3's would, not wait for ever).
+    /// point. The wait backs off like the RTO; it counts a retry only when no
+    /// ACK came since the previous wait ended (a peer that answers is there and
+    /// may just be slow; one that does not may be gone, and the work must then
+    /// fail as MR-5.5.3's would, not wait for ever).
     fn ask_for_report(&mut self, now: u64) {
-        if self.report_probe_unanswered {
+        if self.report_wait_unanswered {
             if self.retries >= self.cfg.retry_cnt {
                 let oldest = self.sq_head;
                 self.enter_error(Some((oldest, WcStatus::RetryExcErr)));
@@ -2805,7 +2806,7 @@ impl Connection {
         // them clears this. Set only with a probe of its own, a requester whose
         // every path had failed never counted a retry: it probed a peer in the
         // error state for ever, the READ it waited for never completing.
-        self.report_probe_unanswered = true;
+        self.report_wait_unanswered = true;
         self.last_progress = now;
         self.rto_backoff = self.rto_backoff.saturating_add(1);
     }

@@ -212,7 +212,7 @@ impl Side {
     /// from the shared queue): those still in the shared queue are the
     /// queue's, not the QP's.
     fn recvs_held(&self) -> Vec<u64> {
-        let pooled: HashSet<u64> = self.mem.shared.iter().flat_map(|q| q.borrow().iter().map(|r| r.wr_id).collect::<Vec<_>>()).collect();
+        let pooled: HashSet<u64> = self.mem.shared.as_ref().map(|q| q.borrow().iter().map(|r| r.wr_id).collect()).unwrap_or_default();
         self.open_recvs.iter().copied().filter(|w| !pooled.contains(w)).collect()
     }
 
@@ -511,11 +511,8 @@ impl Pair {
                     if let Some(k) = peer.messages.iter().position(too_long) {
                         peer.messages.drain(..=k);
                     }
-                } else if let Some((epoch, m)) = peer.messages.pop_front() {
-                    assert_eq!(
-                        epoch, me.epoch,
-                        "side {i}: receive completion {c:?} of {m:?}, which the peer posted to a connection this one is not part of"
-                    );
+                } else {
+                    next_message(peer, me.epoch, i, &c);
                 }
                 return;
             }
@@ -541,13 +538,9 @@ impl Pair {
             peer.messages.drain(..=k);
             return;
         }
-        let Some((epoch, m)) = peer.messages.pop_front() else {
+        let Some(m) = next_message(peer, me.epoch, i, &c) else {
             panic!("side {i}: receive completion {c:?} with no message sent");
         };
-        assert_eq!(
-            epoch, me.epoch,
-            "side {i}: receive completion {c:?} of {m:?}, which the peer posted to a connection this one is not part of"
-        );
         match (m, c.opcode) {
             (Message::Send { wr_id, len, imm }, WcOpcode::Recv) => {
                 assert_eq!(c.byte_len, len, "side {i}: length of {c:?}, sent {m:?}");
@@ -852,6 +845,19 @@ impl Pair {
             self.fire_due(false);
         }
     }
+}
+
+/// The oldest message `peer` posted that side `i` has not received, taken off
+/// for `i`'s receive completion `c`: posted in `epoch`, the generation of
+/// `i`'s connection (a message reaches a peer only from the connection it is
+/// part of).
+fn next_message(peer: &mut Side, epoch: u32, i: usize, c: &Completion) -> Option<Message> {
+    let (posted_in, m) = peer.messages.pop_front()?;
+    assert_eq!(
+        posted_in, epoch,
+        "side {i}: receive completion {c:?} of {m:?}, which the peer posted to a connection this one is not part of"
+    );
+    Some(m)
 }
 
 /// The two sides' configurations with side 0 starting at `starts[0]`
