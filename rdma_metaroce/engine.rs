@@ -265,14 +265,92 @@ pub(crate) struct ConnectParams {
     pub(crate) retry_cnt: u8,
     pub(crate) rnr_retry: u8,
     pub(crate) min_rnr_timer: u8,
-    /// Congestion control's queueing-delay target (ns).
-    pub(crate) cc_target_delay_ns: u32,
-    /// How long an acknowledgement may wait for a reply to carry it (µs).
-    pub(crate) reply_wait_us: u32,
+    /// The device's timers and congestion control (module parameters).
+    pub(crate) tuning: ConnTuning,
 }
 
-/// The connections' `ack_delay` (µs): see [`Engine::connection_config`].
-pub(crate) const ACK_DELAY_US: u32 = 500;
+/// Timers and congestion control of a device's connections: the protocol's
+/// configurable parameters (spec MR-5.4.1, MR-5.4.6, MR-5.5, MR-8.6.1) that verbs
+/// has no attribute for, set for all of the module's connections by its
+/// parameters (rdma_metaroce.4). Times in µs, windows in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ConnTuning {
+    /// The RTT a path is taken to have before its first sample.
+    pub(crate) initial_rtt_us: u32,
+    /// Floor of a path's retransmission timeout.
+    pub(crate) min_path_rto_us: u32,
+    /// Floor of the connection's retransmission timeout.
+    pub(crate) min_rto_us: u32,
+    /// Ceiling of both timeouts after backoff.
+    pub(crate) max_rto_us: u32,
+    /// Longest wait of a delayed acknowledgement.
+    pub(crate) ack_delay_us: u32,
+    /// Packets of a path after which an acknowledgement goes at once.
+    pub(crate) ack_every: u8,
+    /// How long an acknowledgement may wait for a reply to carry it (at most
+    /// `ack_delay_us`).
+    pub(crate) reply_wait_us: u32,
+    /// The connection's first window, split over its paths.
+    pub(crate) init_window: u32,
+    /// Largest window of one path.
+    pub(crate) max_window: u32,
+    /// Queueing delay above a path's base RTT read as congestion.
+    pub(crate) cc_target_delay_us: u32,
+    /// ECN gain g = 2^-shift.
+    pub(crate) ecn_gain_shift: u8,
+}
+
+impl ConnTuning {
+    /// The module's defaults. A software device on a host stack: scheduling, not
+    /// the wire, dominates the round trip, and timers have jiffy resolution, so
+    /// timeouts sit well above scheduling noise. Datagrams are handled one at a
+    /// time as they arrive, so an ACK is due after `ack_every` packets of a path or
+    /// at once on the last packet of a message (ACK_REQ, MR-5.4.1); the
+    /// delayed-ACK timer only covers a burst that ends short of that. The windows
+    /// and ECN gain are the protocol's defaults (MR-8.6.1); the delay target is
+    /// above the milliseconds host scheduling adds.
+    pub(crate) const DEFAULT: ConnTuning = ConnTuning {
+        initial_rtt_us: 500,
+        min_path_rto_us: 10_000,
+        min_rto_us: 50_000,
+        max_rto_us: 500_000,
+        ack_delay_us: 500,
+        ack_every: 4,
+        reply_wait_us: 0,
+        init_window: 128 * 1024,
+        max_window: 4 * 1024 * 1024,
+        cc_target_delay_us: 1000,
+        ecn_gain_shift: 4,
+    };
+
+    /// Why these values cannot run a connection (the name of the first bad one
+    /// and its allowed range), if they cannot.
+    pub(crate) fn check(&self) -> core::result::Result<(), &'static str> {
+        const SECOND: u32 = 1_000_000;
+        let t = self;
+        let ranges: [(bool, &'static str); 11] = [
+            ((1..=10 * SECOND).contains(&t.initial_rtt_us), "initial_rtt_us: 1..10000000"),
+            ((1..=60 * SECOND).contains(&t.min_path_rto_us), "min_path_rto_us: 1..60000000"),
+            ((1..=60 * SECOND).contains(&t.min_rto_us), "min_rto_us: 1..60000000"),
+            (
+                (t.min_rto_us.max(t.min_path_rto_us)..=600 * SECOND).contains(&t.max_rto_us),
+                "max_rto_us: min_rto_us and min_path_rto_us..600000000",
+            ),
+            ((1..=SECOND).contains(&t.ack_delay_us), "ack_delay_us: 1..1000000"),
+            (t.ack_every >= 1, "ack_every: 1..255"),
+            (t.reply_wait_us <= t.ack_delay_us, "reply_wait_us: 0..ack_delay_us"),
+            // Windows below a packet are taken as one packet (MR-8.2.1).
+            ((1024..=256 << 20).contains(&t.max_window), "max_window: 1024..268435456"),
+            ((1024..=256 << 20).contains(&t.init_window), "init_window: 1024..268435456"),
+            ((1..=10 * SECOND).contains(&t.cc_target_delay_us), "cc_target_delay_us: 1..10000000"),
+            (t.ecn_gain_shift <= 16, "ecn_gain_shift: 0..16"),
+        ];
+        match ranges.iter().find(|(ok, _)| !ok) {
+            Some((_, why)) => Err(why),
+            None => Ok(()),
+        }
+    }
+}
 
 /// Counters the engine adds to (drained into the device's counters by
 /// [`Engine::drain_counters`], with the connection's statistics).
@@ -713,16 +791,22 @@ impl Engine {
 
     /// The connection configuration for the verbs attributes in `p`.
     fn config_for(&self, p: &ConnectParams) -> Config {
+        Self::connection_config(self.qpn, self.ty, self.tx_len, self.src_port, p)
+    }
+
+    /// [`Self::config_for`] of a QP with number `qpn` and type `ty` that builds
+    /// packets of up to `tx_len` bytes and sends from UDP ports from `src_port`.
+    fn connection_config(qpn: u32, ty: QpType, tx_len: usize, src_port: u16, p: &ConnectParams) -> Config {
         // Spec: MR-7.1.5 — without an sq_psn, send from the TSN derived from the
         // QPNs and the peer's own initial TSN (our rq_psn); and accept a peer
         // that had to do the same.
-        let first = p.sq_psn.unwrap_or_else(|| proto::qpn_derived_tsn(self.qpn, p.remote_qpn, p.rq_psn));
-        let mut cfg = Config::new(self.qpn, p.remote_qpn, first, p.rq_psn);
+        let first = p.sq_psn.unwrap_or_else(|| proto::qpn_derived_tsn(qpn, p.remote_qpn, p.rq_psn));
+        let mut cfg = Config::new(qpn, p.remote_qpn, first, p.rq_psn);
         cfg.accept_derived_peer_tsn = true;
-        cfg.uc = self.ty == QpType::Uc;
+        cfg.uc = ty == QpType::Uc;
         // Spec: MR-2.6.1 — a larger MetaRoCE MTU than verbs can name, if the
         // transmit buffer holds it.
-        let room = self.tx_len.saturating_sub(proto::connection::MAX_HEADER) as u32;
+        let room = tx_len.saturating_sub(proto::connection::MAX_HEADER) as u32;
         cfg.mtu = p.mtu.max(p.rc_mtu.min(room));
         cfg.num_paths = p.num_paths;
         // Spec: MR-7.1.4 — verbs attributes carry no parameter block, so the
@@ -735,24 +819,22 @@ impl Engine {
         // Spec: MR-7.1.2 — the verbs code is IBTA's table (0 is 655.36 ms); the
         // wire's RNR Timer has its own encoding.
         cfg.min_rnr_timer = proto::rnr_timer_code_for_verbs(p.min_rnr_timer);
-        cfg.src_port_base = self.src_port;
-        // A software device on a host stack: scheduling, not the wire, dominates the
-        // round trip, and timers have jiffy resolution, so keep timeouts well above
-        // scheduling noise. Datagrams are handled one at a time as they arrive, so
-        // an ACK is due after `ack_every` packets of a path or at once on the last
-        // packet of a message (ACK_REQ, MR-5.4.1); the delayed-ACK timer only
-        // covers a burst that ends short of that.
-        cfg.ack_delay = Duration::from_micros(ACK_DELAY_US as u64);
+        cfg.src_port_base = src_port;
+        let t = &p.tuning;
+        let us = |v: u32| Duration::from_micros(u64::from(v));
+        cfg.initial_rtt = us(t.initial_rtt_us);
+        cfg.min_path_rto = us(t.min_path_rto_us);
+        cfg.min_rto = us(t.min_rto_us);
+        cfg.max_rto = us(t.max_rto_us);
+        cfg.ack_delay = us(t.ack_delay_us);
+        cfg.ack_every = t.ack_every;
         // Spec: MR-5.4.6 — a request/response conversation carries its ACKs in
         // the replies (one packet per message, as TCP's delayed ACK gives siw).
-        cfg.reply_wait = Duration::from_micros(p.reply_wait_us as u64);
-        cfg.initial_rtt = Duration::from_micros(500);
-        cfg.min_path_rto = Duration::from_millis(10);
-        cfg.min_rto = Duration::from_millis(50);
-        cfg.max_rto = Duration::from_millis(500);
-        // Host scheduling adds milliseconds of delay that is not network queueing;
-        // the module parameter sets what counts as congestion (ECN is unaffected).
-        cfg.cc.target_qdelay_ns = p.cc_target_delay_ns;
+        cfg.reply_wait = us(t.reply_wait_us);
+        cfg.cc.init_window = t.init_window;
+        cfg.cc.max_window = t.max_window;
+        cfg.cc.target_qdelay_ns = t.cc_target_delay_us.saturating_mul(1000);
+        cfg.cc.ecn_gain_shift = t.ecn_gain_shift;
         cfg
     }
 
@@ -900,16 +982,20 @@ impl Engine {
         put(c"invariants_ok", u64::from(c.check_invariants().is_ok()));
         put(c"timer_armed", u64::from(c.poll_timeout().is_some()));
         put(c"reordering_multiplier", u64::from(c.reordering_multiplier()));
-        // One row per path the protocol core can run (`num_paths` is at most this).
-        const NAMES: [[&core::ffi::CStr; 5]; crate::proto::connection::MAX_PATHS] = [
-            [c"path0_status", c"path0_cwnd", c"path0_inflight", c"path0_srtt_ns", c"path0_rttvar_ns"],
-            [c"path1_status", c"path1_cwnd", c"path1_inflight", c"path1_srtt_ns", c"path1_rttvar_ns"],
-            [c"path2_status", c"path2_cwnd", c"path2_inflight", c"path2_srtt_ns", c"path2_rttvar_ns"],
-            [c"path3_status", c"path3_cwnd", c"path3_inflight", c"path3_srtt_ns", c"path3_rttvar_ns"],
-            [c"path4_status", c"path4_cwnd", c"path4_inflight", c"path4_srtt_ns", c"path4_rttvar_ns"],
-            [c"path5_status", c"path5_cwnd", c"path5_inflight", c"path5_srtt_ns", c"path5_rttvar_ns"],
-            [c"path6_status", c"path6_cwnd", c"path6_inflight", c"path6_srtt_ns", c"path6_rttvar_ns"],
-            [c"path7_status", c"path7_cwnd", c"path7_inflight", c"path7_srtt_ns", c"path7_rttvar_ns"],
+        // One row per path the protocol core can run (`num_paths` is at most this):
+        // health, window, bytes in flight, RTT, and the UDP source port with the
+        // times the path moved to a new one (MR-6.3.2), by which a tester on the
+        // wire tells the paths' packets apart.
+        #[rustfmt::skip]
+        const NAMES: [[&core::ffi::CStr; 7]; crate::proto::connection::MAX_PATHS] = [
+            [c"path0_status", c"path0_cwnd", c"path0_inflight", c"path0_srtt_ns", c"path0_rttvar_ns", c"path0_port", c"path0_gen"],
+            [c"path1_status", c"path1_cwnd", c"path1_inflight", c"path1_srtt_ns", c"path1_rttvar_ns", c"path1_port", c"path1_gen"],
+            [c"path2_status", c"path2_cwnd", c"path2_inflight", c"path2_srtt_ns", c"path2_rttvar_ns", c"path2_port", c"path2_gen"],
+            [c"path3_status", c"path3_cwnd", c"path3_inflight", c"path3_srtt_ns", c"path3_rttvar_ns", c"path3_port", c"path3_gen"],
+            [c"path4_status", c"path4_cwnd", c"path4_inflight", c"path4_srtt_ns", c"path4_rttvar_ns", c"path4_port", c"path4_gen"],
+            [c"path5_status", c"path5_cwnd", c"path5_inflight", c"path5_srtt_ns", c"path5_rttvar_ns", c"path5_port", c"path5_gen"],
+            [c"path6_status", c"path6_cwnd", c"path6_inflight", c"path6_srtt_ns", c"path6_rttvar_ns", c"path6_port", c"path6_gen"],
+            [c"path7_status", c"path7_cwnd", c"path7_inflight", c"path7_srtt_ns", c"path7_rttvar_ns", c"path7_port", c"path7_gen"],
         ];
         for (i, n) in NAMES.iter().enumerate() {
             if let Some(p) = c.path_info(i) {
@@ -918,6 +1004,8 @@ impl Engine {
                 put(n[2], u64::from(p.inflight));
                 put(n[3], u64::from(p.srtt_ns));
                 put(n[4], u64::from(p.rttvar_ns));
+                put(n[5], u64::from(p.src_port));
+                put(n[6], u64::from(p.generation));
             }
         }
     }
@@ -2054,5 +2142,42 @@ mod tests {
             Err(MemError::Access)
         );
         assert_eq!(sge_len(&sges), Ok(12));
+    }
+
+    #[test]
+    fn tuning_defaults_pass_and_each_range_is_enforced() {
+        let d = ConnTuning::DEFAULT;
+        assert_eq!(d.check(), Ok(()));
+        let bad = |t: ConnTuning| t.check().map_err(|why| why.split(':').next().unwrap_or(""));
+        assert_eq!(bad(ConnTuning { initial_rtt_us: 0, ..d }), Err("initial_rtt_us"));
+        assert_eq!(bad(ConnTuning { max_rto_us: d.min_rto_us - 1, ..d }), Err("max_rto_us"));
+        assert_eq!(bad(ConnTuning { min_path_rto_us: d.max_rto_us + 1, ..d }), Err("max_rto_us"));
+        assert_eq!(bad(ConnTuning { reply_wait_us: d.ack_delay_us + 1, ..d }), Err("reply_wait_us"));
+        assert_eq!(bad(ConnTuning { init_window: 1023, ..d }), Err("init_window"));
+        assert_eq!(bad(ConnTuning { max_window: 1023, ..d }), Err("max_window"));
+        assert_eq!(bad(ConnTuning { ack_every: 0, ..d }), Err("ack_every"));
+        assert_eq!(bad(ConnTuning { ecn_gain_shift: 17, ..d }), Err("ecn_gain_shift"));
+        assert_eq!(bad(ConnTuning { cc_target_delay_us: 0, ..d }), Err("cc_target_delay_us"));
+        // A connection configured from them carries them.
+        let t = ConnTuning { initial_rtt_us: 7, ack_delay_us: 9, ack_every: 64, init_window: 4096, ecn_gain_shift: 0, ..d };
+        let p = ConnectParams {
+            remote_qpn: 2,
+            remote_gid: [0; 16],
+            sq_psn: Some(1),
+            rq_psn: 1,
+            mtu: 1024,
+            rc_mtu: 0,
+            num_paths: 2,
+            max_rd_atomic: 1,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 0,
+            tuning: t,
+        };
+        let cfg = Engine::connection_config(3, QpType::Rc, 4096, 1, &p);
+        assert_eq!(cfg.initial_rtt, Duration::from_micros(7));
+        assert_eq!((cfg.ack_delay, cfg.ack_every), (Duration::from_micros(9), 64));
+        assert_eq!(cfg.max_rto, Duration::from_micros(u64::from(d.max_rto_us)));
+        assert_eq!((cfg.cc.init_window, cfg.cc.ecn_gain_shift), (4096, 0));
     }
 }

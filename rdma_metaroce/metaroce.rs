@@ -48,12 +48,51 @@ module! {
             description: "Paths (UDP source ports) each connection sprays over, 1..8",
         },
         cc_target_delay_us: u32 {
-            default: 1000,
-            description: "Queueing delay (us) above the path's minimum RTT that congestion control reads as congestion, 1..100000",
+            default: crate::engine::ConnTuning::DEFAULT.cc_target_delay_us,
+            description: "Queueing delay (us) above the path's minimum RTT that congestion control reads as congestion, 1..10000000",
         },
         reply_wait_us: u32 {
-            default: 0,
-            description: "How long (us) an RC acknowledgement may wait for a reply to carry it while the QP is itself sending (spec MR-5.4.6), 0..500; 0 acknowledges every message at once",
+            default: crate::engine::ConnTuning::DEFAULT.reply_wait_us,
+            description: "How long (us) an RC acknowledgement may wait for a reply to carry it while the QP is itself sending (spec MR-5.4.6), 0..ack_delay_us; 0 acknowledges every message at once",
+        },
+        // Spec: MR-5.4.1, MR-5.5, MR-8.6.1 — the protocol's configurable timers
+        // and congestion control, which verbs has no attribute for (defaults and
+        // why: engine::ConnTuning::DEFAULT).
+        ack_delay_us: u32 {
+            default: crate::engine::ConnTuning::DEFAULT.ack_delay_us,
+            description: "Longest wait (us) of a delayed RC acknowledgement (spec MR-5.4.1), 1..1000000",
+        },
+        ack_every: u32 {
+            default: crate::engine::ConnTuning::DEFAULT.ack_every as u32,
+            description: "Packets of a path after which an RC acknowledgement goes at once (spec MR-5.4.1), 1..255",
+        },
+        initial_rtt_us: u32 {
+            default: crate::engine::ConnTuning::DEFAULT.initial_rtt_us,
+            description: "RTT (us) a path is taken to have before its first sample (spec MR-5.5.1), 1..10000000",
+        },
+        min_path_rto_us: u32 {
+            default: crate::engine::ConnTuning::DEFAULT.min_path_rto_us,
+            description: "Floor (us) of a path's retransmission timeout (spec MR-5.5.2), 1..60000000",
+        },
+        min_rto_us: u32 {
+            default: crate::engine::ConnTuning::DEFAULT.min_rto_us,
+            description: "Floor (us) of a connection's retransmission timeout (spec MR-5.5.3), 1..60000000",
+        },
+        max_rto_us: u32 {
+            default: crate::engine::ConnTuning::DEFAULT.max_rto_us,
+            description: "Ceiling (us) of both retransmission timeouts after backoff, min_rto_us and min_path_rto_us..600000000",
+        },
+        init_window: u32 {
+            default: crate::engine::ConnTuning::DEFAULT.init_window,
+            description: "A connection's initial congestion window (bytes), split over its paths (spec MR-8.6.1), 1024..268435456",
+        },
+        max_window: u32 {
+            default: crate::engine::ConnTuning::DEFAULT.max_window,
+            description: "Largest congestion window (bytes) of one path (spec MR-8.6.1), 1024..268435456",
+        },
+        ecn_gain_shift: u32 {
+            default: crate::engine::ConnTuning::DEFAULT.ecn_gain_shift as u32,
+            description: "ECN marked-fraction gain g = 2^-shift (spec MR-8.3.1), 0..16",
         },
         zero_copy_tx: u32 {
             default: 1,
@@ -76,8 +115,25 @@ module! {
 
 /// RoCEv2's UDP port; MetaRoCE must never use it (rxe and MetaRoCE run side by side).
 const ROCEV2_UDP_PORT: u16 = 4791;
-/// Longest `reply_wait_us`: the connections' `ack_delay` (spec MR-5.4.6).
-const MAX_REPLY_WAIT_US: u32 = crate::engine::ACK_DELAY_US;
+
+/// The connections' timers and congestion control, as the module parameters set
+/// them (checked at load; a value beyond `u8` becomes one the check refuses).
+pub(crate) fn conn_tuning() -> crate::engine::ConnTuning {
+    let v = |p: &u32| *p;
+    crate::engine::ConnTuning {
+        initial_rtt_us: v(module_parameters::initial_rtt_us.value()),
+        min_path_rto_us: v(module_parameters::min_path_rto_us.value()),
+        min_rto_us: v(module_parameters::min_rto_us.value()),
+        max_rto_us: v(module_parameters::max_rto_us.value()),
+        ack_delay_us: v(module_parameters::ack_delay_us.value()),
+        ack_every: u8::try_from(v(module_parameters::ack_every.value())).unwrap_or(0),
+        reply_wait_us: v(module_parameters::reply_wait_us.value()),
+        init_window: v(module_parameters::init_window.value()),
+        max_window: v(module_parameters::max_window.value()),
+        cc_target_delay_us: v(module_parameters::cc_target_delay_us.value()),
+        ecn_gain_shift: u8::try_from(v(module_parameters::ecn_gain_shift.value())).unwrap_or(u8::MAX),
+    }
+}
 /// Largest number of paths a connection may use.
 const MAX_PATHS: u32 = 8;
 
@@ -101,14 +157,8 @@ impl kernel::Module for MetaRoce {
             pr_err!("udp_port={} is not allowed (0 and {} are reserved)\n", port, ROCEV2_UDP_PORT);
             return Err(EINVAL);
         }
-        let target = *module_parameters::cc_target_delay_us.value();
-        if target == 0 || target > 100_000 {
-            pr_err!("cc_target_delay_us={} is out of range 1..100000\n", target);
-            return Err(EINVAL);
-        }
-        let reply_wait = *module_parameters::reply_wait_us.value();
-        if reply_wait > MAX_REPLY_WAIT_US {
-            pr_err!("reply_wait_us={} is out of range 0..{}\n", reply_wait, MAX_REPLY_WAIT_US);
+        if let Err(why) = conn_tuning().check() {
+            pr_err!("module parameter out of range: {}\n", why);
             return Err(EINVAL);
         }
         let rc_mtu = *module_parameters::rc_mtu.value();

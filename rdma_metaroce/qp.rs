@@ -194,12 +194,10 @@ impl QpAttrs {
 pub(crate) struct Tuning {
     /// Paths each connection sprays over.
     pub(crate) num_paths: u8,
-    /// Congestion control's queueing-delay target (µs).
-    pub(crate) cc_target_delay_us: u32,
-    /// How long an acknowledgement may wait for a reply to carry it (µs).
-    pub(crate) reply_wait_us: u32,
     /// RC payload bytes per packet beyond `path_mtu` ([`crate::device::rc_mtu_for`]).
     pub(crate) rc_mtu: u32,
+    /// Timers and congestion control.
+    pub(crate) conn: crate::engine::ConnTuning,
 }
 
 /// A queue pair (the driver's part of `struct ib_qp`).
@@ -271,8 +269,7 @@ impl Qp {
             retry_cnt: a.retry_cnt,
             rnr_retry: a.rnr_retry,
             min_rnr_timer: a.min_rnr_timer,
-            cc_target_delay_ns: t.cc_target_delay_us.saturating_mul(1000),
-            reply_wait_us: t.reply_wait_us,
+            tuning: t.conn,
         };
         match u.state {
             Some(QpState::Reset) => eng.to_reset(),
@@ -379,7 +376,7 @@ mod tests {
             .expect("spawn");
         shared.resetting.complete_all();
         let reset = QpUpdate { state: Some(QpState::Reset), ..Default::default() };
-        let tuning = Tuning { num_paths: 8, cc_target_delay_us: 0, reply_wait_us: 0, rc_mtu: 0 };
+        let tuning = Tuning { num_paths: 8, rc_mtu: 0, conn: crate::engine::ConnTuning::DEFAULT };
         assert_eq!(qp.modify(&reset, &tuning), Ok(()));
         // The copy's end was stored under the engine lock before it was counted.
         assert!(shared.ended.load(Ordering::Relaxed));

@@ -732,9 +732,8 @@ unsafe extern "C" fn modify_qp_cb(
     let netdev_mtu = dev.with_netdev(|n| n.mtu()).unwrap_or(0);
     let tuning = crate::qp::Tuning {
         num_paths: *crate::module_parameters::num_paths.value() as u8,
-        cc_target_delay_us: *crate::module_parameters::cc_target_delay_us.value(),
-        reply_wait_us: *crate::module_parameters::reply_wait_us.value(),
         rc_mtu: crate::device::rc_mtu_for(*crate::module_parameters::rc_mtu.value(), netdev_mtu),
+        conn: crate::conn_tuning(),
     };
     let ret = match qp.modify(&u, &tuning) {
         Ok(()) => 0,

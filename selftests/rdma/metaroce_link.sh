@@ -31,14 +31,27 @@ gid_of() {
 ktap_header
 
 # --- module and parameters -------------------------------------------------------
-check "modinfo lists the udp_port, num_paths, cc_target_delay_us, reply_wait_us, rc_mtu, zero_copy_tx, steer_bytes and unlocked_copy_bytes parameters" \
-    bash -c "p=\$(modinfo -p '$KO'); for n in udp_port num_paths cc_target_delay_us reply_wait_us rc_mtu zero_copy_tx steer_bytes unlocked_copy_bytes; do grep -q \"^\$n:\" <<< \"\$p\" || exit 1; done"
+PARAMS="udp_port num_paths cc_target_delay_us reply_wait_us ack_delay_us ack_every initial_rtt_us min_path_rto_us min_rto_us max_rto_us init_window max_window ecn_gain_shift rc_mtu zero_copy_tx steer_bytes unlocked_copy_bytes"
+check "modinfo lists the parameters ($PARAMS)" \
+    bash -c "p=\$(modinfo -p '$KO'); for n in $PARAMS; do grep -q \"^\$n:\" <<< \"\$p\" || exit 1; done"
 check "modinfo carries the rdma-link-metaroce alias" bash -c "modinfo -F alias '$KO' | grep -qx rdma-link-metaroce"
 check_fails "loading with udp_port=4791 (RoCEv2's port) is refused" mrc_insmod udp_port=4791
 check_fails "loading with num_paths=0 is refused" mrc_insmod num_paths=0
 check_fails "loading with rc_mtu=255 (below MetaRoCE's smallest MTU) is refused" mrc_insmod rc_mtu=255
 check_fails "loading with rc_mtu=65001 (above MetaRoCE's largest MTU) is refused" mrc_insmod rc_mtu=65001
 check_fails "loading with zero_copy_tx=2 is refused" mrc_insmod zero_copy_tx=2
+check_fails "loading with reply_wait_us above ack_delay_us is refused" mrc_insmod ack_delay_us=100 reply_wait_us=101
+check_fails "loading with max_rto_us below min_path_rto_us is refused" mrc_insmod min_path_rto_us=20000 max_rto_us=19999
+check_fails "loading with max_window=1023 (below a packet) is refused" mrc_insmod max_window=1023
+check_fails "loading with ack_every=0 is refused" mrc_insmod ack_every=0
+check_fails "loading with ack_every=256 is refused" mrc_insmod ack_every=256
+check_fails "loading with ecn_gain_shift=17 is refused" mrc_insmod ecn_gain_shift=17
+check_fails "loading with initial_rtt_us=0 is refused" mrc_insmod initial_rtt_us=0
+loads_and_unloads() { mrc_insmod "$@" && rmmod rdma_metaroce; }
+check "module loads with every timer and window parameter at its range's edge" \
+    loads_and_unloads ack_delay_us=1000000 reply_wait_us=1000000 ack_every=255 initial_rtt_us=10000000 \
+    min_path_rto_us=60000000 min_rto_us=1 max_rto_us=600000000 init_window=1024 \
+    max_window=268435456 ecn_gain_shift=0 cc_target_delay_us=10000000
 check "module loads with defaults" mrc_insmod
 
 # --- link add / del ---------------------------------------------------------------
