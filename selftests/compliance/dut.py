@@ -17,15 +17,17 @@ A helper for a device that allocates its own identifiers answers
 suite then uses those instead of the ones it proposed. A helper without
 per-QP configuration (no ``config`` capability) reports in ``hello`` the
 values it runs with (``fixed=key:value,...``, same keys as create_qp), the
-create_qp keys it does set (``settable=``) and the width of its TSNs
-(``tsn_bits=``, default 32); ``lib.effective_conf`` skips cases needing
-other values. Capabilities: events, counters, mem, paths, config, connect,
+create_qp keys it does set (``settable=``), the keys a set-up of the whole
+DUT can change (``setup=``; kernel target: module parameters) and the width
+of its TSNs (``tsn_bits=``, default 32); ``lib.effective_conf`` skips cases
+needing other values, and the suite runs those that need other values of
+``setup=`` keys again at the end, on a DUT set up for them (``--dut-setup``). Capabilities: events, counters, mem, paths, config, connect,
 invalidate (remote invalidation, SEND_INV), solicited (completions report
 the SOLICITED flag).
 
 Commands (numbers decimal or 0x-hex; data hex):
 
-  hello       -> ok caps=... endian= [fixed= settable= tsn_bits=]
+  hello       -> ok caps=... endian= [fixed= settable= setup= tsn_bits=]
   create_qp qpn= peer_qpn= tsn= peer_tsn= peer=IP peer_port= paths= mtu=
             [peer_paths= (the peer's path count, MR-7.1.4; default: paths=)
              ack_delay_us= initial_rtt_us= min_path_rto_us= min_rto_us=
@@ -34,8 +36,10 @@ Commands (numbers decimal or 0x-hex; data hex):
              max_mdf_q16= ecn_g_shift= credit= port_base=]
             -> ok [qpn=]
   destroy_qp qpn=
-  reg_mr rkey= va= len= access=[rwai-] [fill=]     dereg_mr rkey=
+  reg_mr rkey= va= len= access=[rwai-] [fill=] [exact_va=1]     dereg_mr rkey=
             -> ok [rkey= va=]
+            (exact_va=1: the case needs the MR at va; a helper that registers
+            real buffers registers this one with va as its I/O virtual address)
   mem_write rkey= off= data=                       mem_read rkey= off= len=
   post_recv qpn= wr= len=
   post_send qpn= wr= op=send|send_imm|send_inv|write|write_imm|read|cas|faa
@@ -59,6 +63,16 @@ class DutError(Exception):
 
 class Skip(Exception):
     pass
+
+
+class NeedsSetup(Skip):
+    """Skipped because the DUT's fixed configuration is not the case's, in keys
+    its set-up can change (``setup=``); the suite may run the case again on a
+    DUT set up with `conf` (create_qp keys and values)."""
+
+    def __init__(self, conf, msg):
+        super().__init__(msg)
+        self.conf = conf
 
 
 def parse_reply(line):
@@ -94,6 +108,9 @@ class LineDut:
         self.fixed = {k: int(v, 0) for k, v in
                       (kv.split(":", 1) for kv in self.info.get("fixed", "").split(",") if kv)}
         self.settable = set(self.info.get("settable", "").split(",")) - {""}
+        # ... and the keys whose fixed value a set-up of the whole DUT changes
+        # (kernel target: module parameters).
+        self.setup = set(self.info.get("setup", "").split(",")) - {""}
         self.tsn_bits = int(self.info.get("tsn_bits", "32"))
         self.endian = "<" if self.info.get("endian", "little") == "little" else ">"
 

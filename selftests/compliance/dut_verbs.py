@@ -13,15 +13,21 @@ create_qp answers ``qpn=`` and reg_mr answers ``rkey=`` and ``va=``; the
 suite adopts them.
 
 Verbs gives no per-QP control of the transport's timers or congestion
-control: the module fixes them (rdma_metaroce/engine.rs, ``config_for``) or
-takes them from module parameters. ``hello`` reports those values
-(``fixed=``), the attributes that modify_qp does set (``settable=``) and the
-TSN width (verbs PSNs are 24 bits); cases needing other values SKIP.
+control: the module takes them from its parameters (rdma_metaroce/engine.rs,
+``ConnTuning``), for every QP of a load. ``hello`` reports those values
+(``fixed=``; --conf names the parameters the module was loaded with), the
+attributes that modify_qp does set (``settable=``), the keys a reload of the
+module changes (``setup=``: the suite's --dut-setup reloads it with the values
+a case needs, metaroce_compliance.sh --setup) and the TSN width (verbs PSNs are
+24 bits). ``paths`` reads the QP's paths from ``rdma -dd resource show qp``.
 """
 
 import argparse
+import ctypes
 import errno
+import mmap
 import os
+import re
 import select
 import socket
 import subprocess
@@ -31,7 +37,7 @@ import time
 import pyverbs.device as d
 from pyverbs.addr import AHAttr, GID, GlobalRoute
 from pyverbs.cq import CQ, CompChannel
-from pyverbs.mr import MR
+from pyverbs.mr import MR, MREx
 from pyverbs.pd import PD
 from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
@@ -40,14 +46,18 @@ from pyverbs.wr import SGE, RecvWR, SendWR
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from pyverbs_compat import e  # noqa: E402
 
-# The module's fixed connection configuration (rdma_metaroce/engine.rs,
-# Engine::config_for), plus proto's defaults it keeps (Config::new: ack_every;
-# CcConfig::default: the congestion control parameters). paths and
-# target_qdelay_us come from the module parameters (given on the command line).
-FIXED = dict(ack_delay_us=0, ack_every=4, initial_rtt_us=500, min_path_rto_us=10000,
+# The module's connection configuration with its default parameters
+# (rdma_metaroce/engine.rs, ConnTuning::DEFAULT and Engine::config_for), plus
+# proto's defaults it keeps (Config::new: ack_every; CcConfig::default: the rest of
+# congestion control). --conf gives the parameters the module was loaded with.
+FIXED = dict(paths=8, ack_delay_us=500, ack_every=4, initial_rtt_us=500, min_path_rto_us=10000,
              min_rto_us=50000, max_rto_us=500000, init_window=128 * 1024,
-             max_window=4 * 1024 * 1024, ai=4096, beta_q16=52429, max_mdf_q16=32768,
-             ecn_g_shift=4)
+             max_window=4 * 1024 * 1024, target_qdelay_us=1000, ai=4096, beta_q16=52429,
+             max_mdf_q16=32768, ecn_g_shift=4)
+# The create_qp keys a module parameter sets (for all QPs of a load): the suite's
+# --dut-setup reloads the module with other values of these (metaroce_compliance.sh).
+SETUP = ("paths", "ack_delay_us", "ack_every", "initial_rtt_us", "min_path_rto_us", "min_rto_us",
+         "max_rto_us", "init_window", "max_window", "target_qdelay_us", "ecn_g_shift")
 # MR-7.1.4: no parameter block reaches the module, so it takes its peer's path
 # count to be the largest a peer may have, whatever its own num_paths.
 PEER_PATHS = 8
@@ -94,6 +104,10 @@ WR_OPCODES = {"send": e.IBV_WR_SEND, "send_imm": e.IBV_WR_SEND_WITH_IMM,
               "cas": e.IBV_WR_ATOMIC_CMP_AND_SWP, "faa": e.IBV_WR_ATOMIC_FETCH_AND_ADD}
 
 
+# The protocol core's PathStatus, as the module's path<i>_status attribute numbers it.
+PATH_STATUS = {0: "active", 1: "suspect", 2: "failed"}
+
+
 class Err(Exception):
     pass
 
@@ -129,10 +143,10 @@ class Qp:
         mtu = num(a.get("mtu", "1024"))
         if mtu not in MTUS:
             raise Err("mtu %d is not a verbs path MTU" % mtu)
-        paths = num(a.get("paths", str(h.paths)))
-        if paths != h.paths or num(a.get("peer_paths", str(PEER_PATHS))) != PEER_PATHS:
+        paths = num(a.get("paths", str(h.conf["paths"])))
+        if paths != h.conf["paths"] or num(a.get("peer_paths", str(PEER_PATHS))) != PEER_PATHS:
             raise Err("paths=%d: the module sprays over num_paths=%d and accepts %d from its peer"
-                      % (paths, h.paths, PEER_PATHS))
+                      % (paths, h.conf["paths"], PEER_PATHS))
         if num(a.get("peer_port", str(h.port))) != h.port:
             raise Err("peer_port must be the module's udp_port %d" % h.port)
         for k in a:
@@ -174,12 +188,17 @@ class Helper:
         self.pd = PD(self.ctx)
         self.gid_index = args.gid_index
         self.addr = args.addr
-        self.paths = args.num_paths
+        self.conf = dict(FIXED)
+        for kv in args.conf.split():
+            k, v = kv.split("=", 1)
+            if k not in SETUP:
+                raise SystemExit("--conf: %s is no module parameter's key" % k)
+            self.conf[k] = num(v)
         self.port = args.udp_port
-        self.target_us = args.cc_target_delay_us
         self.qps = {}
         self.newest = None
         self.mrs = {}         # rkey -> MR
+        self.buffers = {}     # rkey -> the mmap an exact_va MR registers
 
     def qp(self, a):
         q = self.qps.get(num(a["qpn"]))
@@ -196,12 +215,12 @@ class Helper:
     # -- commands --------------------------------------------------------------------
 
     def c_hello(self, a):
-        fixed = dict(FIXED, paths=self.paths, peer_paths=PEER_PATHS,
-                     target_qdelay_us=self.target_us)
-        return ("impl=rdma_metaroce-verbs addr=%s port=%d caps=mem,diag endian=%s tsn_bits=24 "
-                "fixed=%s settable=%s" % (self.addr, self.port, sys.byteorder,
-                                          ",".join("%s:%d" % kv for kv in fixed.items()),
-                                          ",".join(SETTABLE)))
+        fixed = dict(self.conf, peer_paths=PEER_PATHS)
+        return ("impl=rdma_metaroce-verbs addr=%s port=%d caps=mem,diag,paths endian=%s tsn_bits=24 "
+                "fixed=%s settable=%s setup=%s" % (
+                    self.addr, self.port, sys.byteorder,
+                    ",".join("%s:%d" % kv for kv in fixed.items()), ",".join(SETTABLE),
+                    ",".join(SETUP)))
 
     def c_create_qp(self, a):
         q = Qp(self, a)
@@ -230,16 +249,28 @@ class Helper:
             if ch not in "rwag-":
                 raise Err("access %r: only r, w, a, g (the device has no invalidation)" % ch)
         n = num(a["len"])
-        m = MR(self.pd, n, acc)
+        va = num(a["va"])
+        if a.get("exact_va") == "1":
+            # The case needs the MR at `va` (e.g. near 2^64): a buffer of ours
+            # registered with `va` as its I/O virtual address, which ib_core wants
+            # at the same offset in its page as the buffer.
+            off = va & (mmap.PAGESIZE - 1)
+            buf = mmap.mmap(-1, (off + n + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE)
+            addr = ctypes.addressof(ctypes.c_char.from_buffer(buf)) + off
+            m = MREx(self.pd, n, acc, address=addr, iova=va)
+            self.buffers[m.rkey] = buf
+        else:
+            m = MR(self.pd, n, acc)
         fill = num(a.get("fill", "0"))
         m.write(bytes([fill]) * n, n, 0)
         self.mrs[m.rkey] = m
         if self.newest is not None:
             self.newest.mrs.append(m.rkey)
-        return "rkey=%#x va=%#x" % (m.rkey, m.buf)
+        return "rkey=%#x va=%#x" % (m.rkey, va if a.get("exact_va") == "1" else m.buf)
 
     def c_dereg_mr(self, a):
         self.mrs.pop(num(a["rkey"]), self.mr(a)).close()
+        self.buffers.pop(num(a["rkey"]), None)
         return ""
 
     def c_mem_write(self, a):
@@ -389,6 +420,31 @@ class Helper:
         q.qp.modify(QPAttr(qp_state=e.IBV_QPS_ERR), e.IBV_QP_STATE)
         return ""
 
+    def c_paths(self, a):
+        """The QP's paths as the module reports them (`rdma -dd resource show qp`:
+        its driver attributes path<i>_status, _port, _cwnd, _inflight, _srtt_ns,
+        _gen), in dut.py's form."""
+        q = self.qp(a)
+        r = subprocess.run(["rdma", "-dd", "resource", "show", "qp", "link", self.dev + "/1",
+                            "lqpn", str(q.qpn)], capture_output=True, text=True, timeout=10)
+        if r.returncode != 0:
+            raise Err("rdma resource show qp: %s" % r.stderr.strip())
+        rows = {}
+        for m in re.finditer(r"\b(?:drv_)?path(\d+)_([a-z_]+) (\d+)", r.stdout):
+            rows.setdefault(int(m.group(1)), {})[m.group(2)] = int(m.group(3))
+        out = []
+        for i in sorted(rows):
+            p = rows[i]
+            try:
+                out.append("%d,%s,%d,%d,%d,%d,%d" % (
+                    i, PATH_STATUS[p["status"]], p["port"], p["cwnd"], p["inflight"],
+                    p["srtt_ns"], p["gen"]))
+            except KeyError as k:
+                raise Err("path %d: no %s in %r" % (i, k, p))
+        if len(out) != self.conf["paths"]:
+            raise Err("%d paths reported, the module runs %d" % (len(out), self.conf["paths"]))
+        return "paths=%s" % ";".join(out)
+
     def c_diag(self, a):
         """The device's counters (`rdma statistic`), for failure reports."""
         r = subprocess.run(["rdma", "statistic", "show", "link", self.dev + "/1"],
@@ -407,8 +463,9 @@ def main():
     ap.add_argument("--addr", required=True, help="the DUT's IPv4 address (its RoCE v2 GID)")
     # The module's parameters as loaded (it does not show them in sysfs).
     ap.add_argument("--udp-port", type=int, default=4792)
-    ap.add_argument("--num-paths", type=int, default=4)
-    ap.add_argument("--cc-target-delay-us", type=int, default=1000)
+    ap.add_argument("--conf", default="",
+                    help="the module's other parameters as loaded, as create_qp keys "
+                    "('paths=4 target_qdelay_us=1000 ...'; keys of SETUP)")
     h = Helper(ap.parse_args())
     out = sys.stdout
     out.write("ready\n")

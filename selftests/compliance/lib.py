@@ -14,7 +14,7 @@ import struct
 import time
 
 import metaroce_scapy as M
-from dut import Skip
+from dut import NeedsSetup, Skip
 
 IP_RECVTOS = getattr(socket, "IP_RECVTOS", 13)
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
@@ -82,7 +82,10 @@ def effective_conf(dut, paths, cfg):
     A DUT with the "config" capability takes SLOW plus the case's values. A DUT
     without it (kernel target: verbs has no per-QP timers) runs with the values
     it reports in `fixed` plus what modify_qp sets (`settable`); a case asking
-    for anything else is skipped, naming the value it needs."""
+    for anything else is skipped, naming the value it needs. When every such
+    value is of a key the DUT's set-up changes (`setup`), the skip says how to
+    set the DUT up for the case: as a configurable DUT would be, SLOW plus the
+    case's values, in those keys."""
     if dut.has("config"):
         conf = dict(SLOW)
         conf["paths"] = paths.v if isinstance(paths, AtLeast) else paths
@@ -90,19 +93,31 @@ def effective_conf(dut, paths, cfg):
         return conf, conf
     conf = dict(dut.fixed)
     send = {}
+    unmet = []     # (key, what the case needs, why)
     if isinstance(paths, Prefer):
         pass
     elif paths != conf.get("paths", paths):
-        raise Skip("needs %d paths; the DUT sprays over a fixed %d" % (paths, conf["paths"]))
+        unmet.append(("paths", "needs %d paths; the DUT sprays over a fixed %d"
+                      % (paths, conf["paths"])))
     for k, v in cfg.items():
         if k in dut.settable and not isinstance(v, AtLeast):
             send[k] = conf[k] = v
         elif k in conf and (v.ok(conf[k]) if isinstance(v, AtLeast) else v == conf[k]):
             pass
         else:
-            raise Skip("needs create_qp %s%s%s; the DUT's %s is %s (no per-QP configuration)"
-                       % (k, " " if isinstance(v, AtLeast) else "=", v, k,
-                          conf.get(k, "not settable")))
+            unmet.append((k, "needs create_qp %s%s%s; the DUT's %s is %s (no per-QP configuration)"
+                          % (k, " " if isinstance(v, AtLeast) else "=", v, k,
+                             conf.get(k, "not settable"))))
+    if unmet:
+        why = unmet[0][1]
+        if all(k in dut.setup for k, _ in unmet):
+            want = {k: v for k, v in SLOW.items() if k in dut.setup}
+            want.update({k: (v.v if isinstance(v, AtLeast) else v) for k, v in cfg.items()
+                         if k in dut.setup and k not in send})
+            if "paths" in dut.setup and not isinstance(paths, Prefer):
+                want["paths"] = paths.v if isinstance(paths, AtLeast) else paths
+            raise NeedsSetup(want, why)
+        raise Skip(why)
     return send, conf
 
 

@@ -20,7 +20,7 @@ sys.path.insert(0, HERE)
 import logging  # noqa: E402
 logging.getLogger("scapy").setLevel(logging.ERROR)
 
-from dut import DutError, LineDut, Skip  # noqa: E402
+from dut import DutError, LineDut, NeedsSetup, Skip  # noqa: E402
 import lib  # noqa: E402
 import cases  # noqa: E402
 
@@ -47,6 +47,11 @@ def main():
     ap.add_argument("--dut-ip", default="127.0.0.2")
     ap.add_argument("--port", type=int, default=4792)
     ap.add_argument("--only", help="regex of case names to run")
+    ap.add_argument("--dut-setup", help="kernel target: shell command that sets the whole "
+                    "DUT up for a configuration ({conf}: create_qp keys of the helper's setup=, "
+                    "'k=v k=v'), e.g. reloads the module with other parameters; cases the "
+                    "first DUT's configuration skips run again at the end on DUTs set up for "
+                    "them ({conf} in --dut-cmd too; empty for the first DUT)")
     ap.add_argument("--wait-scale", type=float, default=1.0,
                     help="stretch waits for expected packets and completions (slow DUT)")
     ap.add_argument("--no-coverage", action="store_true")
@@ -71,6 +76,34 @@ def main():
     out.flush()
     t_start = time.monotonic()
 
+    def start_dut(conf=None):
+        """The DUT helper (the DUT set up for `conf` first, if given), or why not."""
+        if args.target == "kernel":
+            words = " ".join("%s=%d" % kv for kv in sorted((conf or {}).items()))
+            if conf is not None:
+                r = subprocess.run(args.dut_setup.format(conf=words), shell=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                if r.returncode != 0:
+                    # rc 2: the DUT refuses these values (a documented range).
+                    return None, ("refused" if r.returncode == 2 else "failed",
+                                  "DUT set-up with %s %s (rc=%d): %s" % (
+                                      words, "refused" if r.returncode == 2 else "failed",
+                                      r.returncode, r.stdout.strip().replace("\n", " | ")))
+            argv = shlex.split(args.dut_cmd.format(conf=words))
+        else:
+            argv = [args.endpoint, "--addr", args.dut_ip, "--port", str(args.port)]
+        try:
+            log = open(args.dut_log, "a" if conf is not None else "w") if args.dut_log \
+                else subprocess.DEVNULL
+            # pyverbs in an emulated guest can take a while to import.
+            dut = LineDut(argv, stderr=log, start_timeout=10.0 if args.target == "userspace"
+                          else 120.0)
+        except (DutError, OSError) as e:
+            return None, ("failed", str(e))
+        dut.wait_scale = args.wait_scale
+        out.write("# DUT: %s\n" % " ".join("%s=%s" % kv for kv in dut.info.items()))
+        return dut, None
+
     dut = None
     skip_all = None
     crashed = None
@@ -78,45 +111,52 @@ def main():
         skip_all = ("kernel target: runs in the VM tier (selftests/rdma/metaroce_compliance.sh "
                     "starts dut_verbs.py next to an rdma_metaroce device)")
     else:
-        if args.target == "kernel":
-            argv = shlex.split(args.dut_cmd)
-        else:
-            argv = [args.endpoint, "--addr", args.dut_ip, "--port", str(args.port)]
-        try:
-            log = open(args.dut_log, "w") if args.dut_log else subprocess.DEVNULL
-            # pyverbs in an emulated guest can take a while to import.
-            dut = LineDut(argv, stderr=log, start_timeout=10.0 if args.target == "userspace"
-                          else 120.0)
-        except (DutError, OSError) as e:
+        dut, why = start_dut()
+        if dut is None:
+            why = why[1]
             if args.target == "userspace":
-                skip_all = "userspace endpoint did not start: %s" % e
+                skip_all = "userspace endpoint did not start: %s" % why
                 print("# " + skip_all)
             else:       # the VM tier set the kernel target up: not starting is a failure
-                crashed = "kernel DUT helper did not start: %s" % e
-    T = None
-    if dut is not None:
-        dut.wait_scale = args.wait_scale
-        T = lib.Tester(dut, args.tester_ip, args.port, args.dut_ip)
-        out.write("# DUT: %s\n" % " ".join("%s=%s" % kv for kv in dut.info.items()))
+                crashed = "kernel DUT helper did not start: %s" % why
+    # Cases that need the DUT set up otherwise (kernel target: the module reloaded
+    # with other parameters) run again at the end, grouped by that configuration.
+    deferred = {}    # sorted (key, value) pairs -> cases
+    # One tester (its sockets on the MetaRoCE port) for every DUT of the run.
+    T = lib.Tester(dut, args.tester_ip, args.port, args.dut_ip) if dut is not None else None
 
     results = {}
-    npass = nfail = nskip = ntodo = 0
-    for i, c in enumerate(sel, 1):
-        tag = "[%s] %s: %s" % (" ".join(c.clauses), c.name, c.desc)
-        if crashed:
-            out.write("not ok %d - %s\n#   %s\n" % (i, tag, crashed))
-            results[c.name] = "fail"
-            nfail += 1
-            continue
-        if skip_all:
-            out.write("ok %d - %s # SKIP %s\n" % (i, tag, skip_all))
-            results[c.name] = "skip"
-            nskip += 1
-            continue
+    counts = dict(pass_=0, fail=0, skip=0, todo=0)
+    number = 0
+
+    def run_case(c, dut, note="", failed=None, skipped=None):
+        """Runs case `c` on `dut` (or reports it failed or skipped for the reason
+        given) and writes its TAP line."""
+        nonlocal crashed, skip_all, number
+        tag = "[%s] %s: %s%s" % (" ".join(c.clauses), c.name, c.desc, note)
+        failed, skipped = failed or crashed, skipped or skip_all
+        if failed or skipped:
+            number += 1
+            if failed:
+                out.write("not ok %d - %s\n#   %s\n" % (number, tag, failed))
+                results[c.name] = "fail"
+                counts["fail"] += 1
+            else:
+                out.write("ok %d - %s # SKIP %s\n" % (number, tag, skipped))
+                results[c.name] = "skip"
+                counts["skip"] += 1
+            return
+        T.dut = dut
         t0 = time.monotonic()
+        trace = []
         try:
             c.fn(T)
             status, msg = "pass", None
+        except NeedsSetup as e:
+            if not note and args.dut_setup:
+                deferred.setdefault(tuple(sorted(e.conf.items())), []).append(c)
+                return
+            status, msg = "skip", str(e)
         except Skip as e:
             status, msg = "skip", str(e)
         except lib.Fail as e:
@@ -124,23 +164,25 @@ def main():
         except Exception as e:  # noqa: BLE001 - a crash is a failure
             status, msg = "fail", "%s: %s" % (type(e).__name__, e)
             if not args.quiet:
-                for ln in traceback.format_exc().splitlines():
-                    out.write("#   %s\n" % ln)
+                trace = traceback.format_exc().splitlines()
         dt = time.monotonic() - t0
+        number += 1
+        for ln in trace:
+            out.write("#   %s\n" % ln)
         results[c.name] = status
         if status == "pass":
-            npass += 1
-            out.write("ok %d - %s (%.2fs)\n" % (i, tag, dt))
+            counts["pass_"] += 1
+            out.write("ok %d - %s (%.2fs)\n" % (number, tag, dt))
         elif status == "skip":
-            nskip += 1
-            out.write("ok %d - %s # SKIP %s\n" % (i, tag, msg))
+            counts["skip"] += 1
+            out.write("ok %d - %s # SKIP %s\n" % (number, tag, msg))
         elif c.todo:
-            ntodo += 1
+            counts["todo"] += 1
             results[c.name] = "todo"
-            out.write("not ok %d - %s (%.2fs) # TODO %s\n#   %s\n" % (i, tag, dt, c.todo, msg))
+            out.write("not ok %d - %s (%.2fs) # TODO %s\n#   %s\n" % (number, tag, dt, c.todo, msg))
         else:
-            nfail += 1
-            out.write("not ok %d - %s (%.2fs)\n#   %s\n" % (i, tag, dt, msg))
+            counts["fail"] += 1
+            out.write("not ok %d - %s (%.2fs)\n#   %s\n" % (number, tag, dt, msg))
             if dut is not None and dut.has("diag"):
                 try:
                     out.write("#   DUT: %s\n" % " ".join(
@@ -154,8 +196,29 @@ def main():
             crashed = "DUT helper exited (rc=%s) during %s" % (dut.p.returncode, c.name)
             out.write("# %s\n" % crashed)
 
+    for c in sel:
+        run_case(c, dut)
+    for key, group in deferred.items():
+        conf = dict(key)
+        words = " ".join("%s=%d" % kv for kv in key)
+        if dut is not None:
+            dut.close()
+        out.write("# again on the DUT set up with %s: %s\n"
+                  % (words, " ".join(c.name for c in group)))
+        dut, why = start_dut(conf)
+        failed = skipped = None
+        if dut is not None:
+            pass
+        elif why[0] == "refused":
+            skipped = why[1]
+        else:
+            failed = "kernel DUT helper set up with %s did not start: %s" % (words, why[1])
+        for c in group:
+            run_case(c, dut, " [DUT set up with %s]" % words, failed, skipped)
+
     if dut is not None:
         dut.close()
+    npass, nfail, ntodo, nskip = counts["pass_"], counts["fail"], counts["todo"], counts["skip"]
 
     cov_ok = True
     if not args.no_coverage:

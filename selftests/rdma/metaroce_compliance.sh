@@ -12,30 +12,67 @@ COMP=$(cd "$HERE/../compliance" && pwd)
 . "$HERE/../lib/net.sh"
 KO=${METAROCE_KO:-$HERE/../../rdma_metaroce.ko}
 OUTDIR=${METAROCE_OUT:-/tmp}
+# The module's parameters for the run, as create_qp keys (the module does not show
+# them in sysfs: the helper reports them to the suite). Cases that need other values
+# of keys a module parameter sets run again at the end, on the module reloaded with
+# them (the suite's --dut-setup; the helper's setup= lists the keys).
+PORT=4792
+BASE_CONF="paths=4 target_qdelay_us=1000"
+MAPPED=0000:0000:0000:0000:0000:ffff:c612:0001   # 198.18.0.1, the DUT's address
 cleanup() {
     rdma link del mrc0 2>/dev/null
     rm_hosts; rmmod rdma_metaroce 2>/dev/null; true
 }
+# module_params CONF: insmod's arguments for create_qp keys k=v (later ones win).
+module_params() {
+    local kv k
+    declare -A p=()
+    for kv in $1; do
+        k=${kv%%=*}
+        case $k in
+        paths) k=num_paths ;;
+        target_qdelay_us) k=cc_target_delay_us ;;
+        ecn_g_shift) k=ecn_gain_shift ;;
+        esac
+        p[$k]=${kv#*=}
+    done
+    for k in "${!p[@]}"; do printf '%s=%s ' "$k" "${p[$k]}"; done
+}
+# load_dut CONF: the module loaded with BASE_CONF and CONF, and mrc0 on veth0 (hostA)
+# with its RoCE v2 GID for 198.18.0.1. Fails with 2 if the module refuses the values
+# (it loaded with others just before), else 1.
+load_dut() {
+    rdma link del mrc0 2>/dev/null
+    rmmod rdma_metaroce 2>/dev/null
+    # shellcheck disable=SC2046  # one word per parameter
+    mrc_insmod udp_port=$PORT $(module_params "$BASE_CONF $1") || return 2
+    A rdma link add mrc0 type metaroce netdev veth0 || return 1
+    wait_for 10 gid_idx mrc0 $MAPPED
+}
+case "${1:-}" in
+# The suite's --dut-setup and --dut-cmd (run in hostB): the DUT set up for another
+# configuration, and the helper for the module as loaded.
+--setup) load_dut "${2:-}"; exit ;;
+--helper)
+    exec ip netns exec hostA env PYTHONPATH="$HERE/../lib" python3 "$COMP/dut_verbs.py" \
+        --dev mrc0 --gid-index "$(gid_idx mrc0 $MAPPED)" --addr 198.18.0.1 \
+        --udp-port $PORT --conf "$BASE_CONF ${2:-}" ;;
+esac
 trap cleanup EXIT
 cleanup
 if ! python3 -c 'import scapy, pyverbs' 2>/dev/null; then
     echo "TAP version 13"; echo "1..0 # SKIP python3 scapy and pyverbs are needed"; exit 0
 fi
 mk_hosts
-# Explicit module parameters (the module does not show them in sysfs): the helper
-# reports them to the suite.
-PORT=4792 PATHS=4 TARGET_US=1000
-mrc_insmod udp_port=$PORT num_paths=$PATHS cc_target_delay_us=$TARGET_US ||
-    { echo "TAP version 13"; echo "not ok 1 load rdma_metaroce"; echo "1..1"; exit 1; }
-A rdma link add mrc0 type metaroce netdev veth0
-if ! wait_for 10 gid_idx mrc0 0000:0000:0000:0000:0000:ffff:c612:0001; then
-    echo "TAP version 13"; echo "not ok 1 mrc0 has a RoCE v2 GID for 198.18.0.1"; echo "1..1"; exit 1
+if ! load_dut ""; then
+    echo "TAP version 13"; echo "not ok 1 load rdma_metaroce with mrc0 on veth0 (GID for 198.18.0.1)"
+    echo "1..1"; exit 1
 fi
-GA=$(gid_idx mrc0 0000:0000:0000:0000:0000:ffff:c612:0001)
 # The suite (in hostB) starts the helper in hostA; its stderr goes to a log.
-DUT="ip netns exec hostA env PYTHONPATH=$HERE/../lib python3 $COMP/dut_verbs.py --dev mrc0 --gid-index $GA --addr 198.18.0.1 --udp-port $PORT --num-paths $PATHS --cc-target-delay-us $TARGET_US"
-B timeout -k 10 "${METAROCE_COMPLIANCE_TIMEOUT:-1200}" python3 "$COMP/suite.py" --target kernel \
-    --dut-cmd "$DUT" --tester-ip 198.18.0.2 --dut-ip 198.18.0.1 --port "$PORT" \
+SELF="bash $HERE/$(basename "$0")"
+B timeout -k 10 "${METAROCE_COMPLIANCE_TIMEOUT:-1500}" python3 "$COMP/suite.py" --target kernel \
+    --dut-cmd "$SELF --helper '{conf}'" --dut-setup "$SELF --setup '{conf}'" \
+    --tester-ip 198.18.0.2 --dut-ip 198.18.0.1 --port "$PORT" \
     --wait-scale "${METAROCE_COMPLIANCE_WAIT_SCALE:-4}" --dut-log "$OUTDIR/compliance-dut.log" \
     ${METAROCE_COMPLIANCE_ARGS:-}
 rc=$?
