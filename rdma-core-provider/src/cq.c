@@ -19,11 +19,44 @@
 
 #include "metaroce.h"
 
+/*
+ * A completion's flags as the kernel writes them (enum ib_wc_flags, which
+ * uverbs hands on unchanged, in the ring's entries and in the poll command's
+ * answer alike) in libibverbs' terms (enum ibv_wc_flags). The two differ from
+ * bit 2 on: the kernel's WITH_INVALIDATE (1 << 2) is libibverbs' IP_CSUM_OK,
+ * whose WITH_INV is 1 << 3, and the kernel's WITH_NETWORK_HDR_TYPE (1 << 6)
+ * would read as TM_DATA_VALID. Copied as they were, a SEND_WITH_INV's
+ * receive completion did not say which key it invalidated.
+ */
+#define KERNEL_WC_GRH			(1u << 0)
+#define KERNEL_WC_WITH_IMM		(1u << 1)
+#define KERNEL_WC_WITH_INVALIDATE	(1u << 2)
+#define KERNEL_WC_IP_CSUM_OK		(1u << 3)
+
+static unsigned int metaroce_wc_flags(unsigned int kernel)
+{
+	unsigned int f = 0;
+
+	if (kernel & KERNEL_WC_GRH)
+		f |= IBV_WC_GRH;
+	if (kernel & KERNEL_WC_WITH_IMM)
+		f |= IBV_WC_WITH_IMM;
+	if (kernel & KERNEL_WC_WITH_INVALIDATE)
+		f |= IBV_WC_WITH_INV;
+	if (kernel & KERNEL_WC_IP_CSUM_OK)
+		f |= IBV_WC_IP_CSUM_OK;
+	return f;
+}
+
 /* ---- command path ---- */
 
 static int cmd_poll(struct metaroce_cq *cq, int ne, struct ibv_wc *wc)
 {
-	return ibv_cmd_poll_cq(&cq->vcq.cq, ne, wc);
+	int i, n = ibv_cmd_poll_cq(&cq->vcq.cq, ne, wc);
+
+	for (i = 0; i < n; i++)
+		wc[i].wc_flags = metaroce_wc_flags(wc[i].wc_flags);
+	return n;
 }
 
 static int cmd_req_notify(struct metaroce_cq *cq, int solicited_only)
@@ -68,7 +101,7 @@ static int ring_poll(struct metaroce_cq *cq, int ne, struct ibv_wc *wc)
 		w->imm_data = e->ex.imm_data;
 		w->qp_num = e->qp_num;
 		w->src_qp = e->src_qp;
-		w->wc_flags = e->wc_flags;
+		w->wc_flags = metaroce_wc_flags(e->wc_flags);
 		w->pkey_index = e->pkey_index;
 		w->slid = e->slid;
 		w->sl = e->sl;

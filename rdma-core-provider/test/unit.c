@@ -625,22 +625,27 @@ static void test_rings(void)
 		struct ib_uverbs_wc *ke = (void *)(k + RING_CQ_OFF + METAROCE_RING_ENTRIES);
 		int i;
 
-		for (i = 0; i < 3; i++) {
+		for (i = 0; i < 4; i++) {
 			memset(&ke[i], 0, sizeof(ke[i]));
 			ke[i].wr_id = 100 + i;
 			ke[i].opcode = IBV_WC_RECV;
 			ke[i].byte_len = 10 * i;
 			ke[i].qp_num = 0x42;
-			ke[i].wc_flags = i == 2 ? IBV_WC_WITH_IMM : 0;
-			ke[i].ex.imm_data = htobe32(0x99);
+			/* The kernel's flags: WITH_IMM (1 << 1), WITH_INVALIDATE (1 << 2). */
+			ke[i].wc_flags = i == 2 ? 1u << 1 : i == 3 ? 1u << 2 : 0;
+			ke[i].ex.imm_data = i == 3 ? 0x1234 : htobe32(0x99);
 		}
-		__atomic_store_n(&h->producer, 3, __ATOMIC_RELEASE);
+		__atomic_store_n(&h->producer, 4, __ATOMIC_RELEASE);
 		poll_calls = 0;
 		CHECK(metaroce_poll_cq(cq, 2, wc) == 2 && wc[0].wr_id == 100 &&
 		      wc[1].byte_len == 10 && h->consumer == 2);
-		CHECK(metaroce_poll_cq(cq, 4, wc) == 1 && wc[0].wr_id == 102 &&
-		      wc[0].qp_num == 0x42 && wc[0].wc_flags & IBV_WC_WITH_IMM &&
+		CHECK(metaroce_poll_cq(cq, 1, wc) == 1 && wc[0].wr_id == 102 &&
+		      wc[0].qp_num == 0x42 && wc[0].wc_flags == IBV_WC_WITH_IMM &&
 		      wc[0].imm_data == htobe32(0x99) && h->consumer == 3);
+		/* A SEND_WITH_INV's receive: libibverbs' WITH_INV, the key in host order. */
+		CHECK(metaroce_poll_cq(cq, 4, wc) == 1 && wc[0].wr_id == 103 &&
+		      wc[0].wc_flags == IBV_WC_WITH_INV && wc[0].invalidated_rkey == 0x1234 &&
+		      h->consumer == 4);
 		CHECK(metaroce_poll_cq(cq, 4, wc) == 0);
 		CHECK(poll_calls == 0);
 		CHECK(metaroce_destroy_cq(cq) == 0);
