@@ -37,7 +37,7 @@ import time
 import pyverbs.device as d
 from pyverbs.addr import AHAttr, GID, GlobalRoute
 from pyverbs.cq import CQ, CompChannel
-from pyverbs.mr import MR, MREx
+from pyverbs.mr import MR, MW, MREx, MWBindInfo
 from pyverbs.pd import PD
 from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
 from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
@@ -93,6 +93,8 @@ MTUS = {256: e.IBV_MTU_256, 512: e.IBV_MTU_512, 1024: e.IBV_MTU_1024,
         2048: e.IBV_MTU_2048, 4096: e.IBV_MTU_4096}
 
 SQ_DEPTH, RQ_DEPTH = 128, 64
+# wr_id of the helper's own memory window binds (cases use small wr ids).
+BIND_WR_ID = 0xB1D0B1D0
 REMOTE = (e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ |
           e.IBV_ACCESS_REMOTE_ATOMIC | e.IBV_ACCESS_FLUSH_GLOBAL)
 WC_OPCODES = {e.IBV_WC_SEND: "send", e.IBV_WC_RDMA_WRITE: "write", e.IBV_WC_RDMA_READ: "read",
@@ -138,6 +140,7 @@ class Qp:
                                       sq_sig_all=0))
         self.qpn = self.qp.qp_num
         self.local = {}       # wr -> MR (send side local buffer)
+        self.held = []        # completions polled while binding a memory window
         self.recv = {}        # wr -> MR (receive buffer)
         self.mrs = []         # reg_mr keys registered while this QP was the newest
         mtu = num(a.get("mtu", "1024"))
@@ -199,6 +202,8 @@ class Helper:
         self.newest = None
         self.mrs = {}         # rkey -> MR
         self.buffers = {}     # rkey -> the mmap an exact_va MR registers
+        self.windows = {}     # rkey -> the memory window it names (access i)
+        self.invalidated = set()    # keys a completion reported invalidated
 
     def qp(self, a):
         q = self.qps.get(num(a["qpn"]))
@@ -216,7 +221,7 @@ class Helper:
 
     def c_hello(self, a):
         fixed = dict(self.conf, peer_paths=PEER_PATHS)
-        return ("impl=rdma_metaroce-verbs addr=%s port=%d caps=mem,diag,paths endian=%s tsn_bits=24 "
+        return ("impl=rdma_metaroce-verbs addr=%s port=%d caps=mem,diag,paths,invalidate endian=%s tsn_bits=24 "
                 "fixed=%s settable=%s setup=%s" % (
                     self.addr, self.port, sys.byteorder,
                     ",".join("%s:%d" % kv for kv in fixed.items()), ",".join(SETTABLE),
@@ -235,20 +240,70 @@ class Helper:
             self.newest = None
         q.close()
         for k in q.mrs:
-            m = self.mrs.pop(k, None)
-            if m is not None:
-                m.close()
+            self._drop_key(k)
         return ""
+
+    def _drop_key(self, rkey):
+        """Deregisters what key `rkey` names: a memory window first, then its MR."""
+        w = self.windows.pop(rkey, None)
+        if w is not None:
+            w.close()
+        m = self.mrs.pop(rkey, None)
+        if m is not None:
+            m.close()
+        self.buffers.pop(rkey, None)
+
+    def _bind_window(self, m, n, remote):
+        """A type 2 memory window over MR `m` (n bytes from its start) with the
+        remote rights `remote`, bound through the newest QP's send queue: the
+        key SEND_INV may invalidate (MR-9.2.3; a process has no fast-registration
+        MRs). Returns (window, its rkey)."""
+        q = self.newest
+        if q is None:
+            raise Err("access i: no QP to bind the memory window through")
+        w = MW(self.pd, e.IBV_MW_TYPE_2)
+        bind = SendWR(wr_id=BIND_WR_ID, opcode=e.IBV_WR_BIND_MW, send_flags=e.IBV_SEND_SIGNALED)
+        bind.set_bind_wr(w, MWBindInfo(m, m.buf, n, remote))
+        q.qp.post_send(bind)
+        end = time.monotonic() + 10.0
+        while time.monotonic() < end:
+            k, wcs = q.cq.poll(1)
+            if k <= 0:
+                time.sleep(0.001)
+                continue
+            if wcs[0].wr_id != BIND_WR_ID:
+                q.held.append(wcs[0])       # the case's, returned by its next poll
+                continue
+            if wcs[0].status != 0:
+                w.close()
+                raise Err("memory window bind failed: status %d" % wcs[0].status)
+            return w, bind.rkey
+        w.close()
+        raise Err("memory window bind did not complete")
 
     def c_reg_mr(self, a):
         acc = e.IBV_ACCESS_LOCAL_WRITE
         for ch in a.get("access", "rwa"):
             acc |= {"r": e.IBV_ACCESS_REMOTE_READ, "w": e.IBV_ACCESS_REMOTE_WRITE,
                     "a": e.IBV_ACCESS_REMOTE_ATOMIC, "g": e.IBV_ACCESS_FLUSH_GLOBAL,
-                    "-": 0}.get(ch, -1)
-            if ch not in "rwag-":
-                raise Err("access %r: only r, w, a, g (the device has no invalidation)" % ch)
+                    "i": 0, "-": 0}.get(ch, -1)
+            if ch not in "rwagi-":
+                raise Err("access %r: only r, w, a, g, i" % ch)
         n = num(a["len"])
+        if "i" in a.get("access", ""):
+            # Remotely invalidable: the key is a memory window's over an MR that
+            # allows binding one.
+            m = MR(self.pd, n, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_MW_BIND)
+            m.write(bytes([num(a.get("fill", "0"))]) * n, n, 0)
+            try:
+                w, rkey = self._bind_window(m, n, acc)
+            except Exception:
+                m.close()
+                raise
+            self.mrs[rkey] = m
+            self.windows[rkey] = w
+            self.newest.mrs.append(rkey)
+            return "rkey=%#x va=%#x" % (rkey, m.buf)
         va = num(a["va"])
         if a.get("exact_va") == "1":
             # The case needs the MR at `va` (e.g. near 2^64): a buffer of ours
@@ -269,8 +324,8 @@ class Helper:
         return "rkey=%#x va=%#x" % (m.rkey, va if a.get("exact_va") == "1" else m.buf)
 
     def c_dereg_mr(self, a):
-        self.mrs.pop(num(a["rkey"]), self.mr(a)).close()
-        self.buffers.pop(num(a["rkey"]), None)
+        self.mr(a)
+        self._drop_key(num(a["rkey"]))
         return ""
 
     def c_mem_write(self, a):
@@ -287,7 +342,9 @@ class Helper:
         off, n = num(a["off"]), num(a["len"])
         if off + n > m.length:
             raise Err("out of bounds")
-        return "data=%s" % m.read(n, off).hex()
+        # valid: no completion reported the key invalidated (a memory window's
+        # state is not otherwise visible through verbs).
+        return "valid=%d data=%s" % (num(a["rkey"]) not in self.invalidated, m.read(n, off).hex())
 
     def c_post_recv(self, a):
         q = self.qp(a)
@@ -377,7 +434,10 @@ class Helper:
     def _poll(self, q, maxn):
         out = []
         while len(out) < maxn:
-            k, wcs = q.cq.poll(min(16, maxn - len(out)))
+            if q.held:
+                k, wcs = 1, [q.held.pop(0)]
+            else:
+                k, wcs = q.cq.poll(min(16, maxn - len(out)))
             if k <= 0:
                 break
             for w in wcs[:k]:
@@ -386,6 +446,8 @@ class Helper:
                     w.opcode in WC_OPCODES else "recv"
                 imm = "%#x" % socket.ntohl(w.imm_data) if w.wc_flags & e.IBV_WC_WITH_IMM else "-"
                 inv = "%#x" % w.invalidated_rkey if w.wc_flags & e.IBV_WC_WITH_INV else "-"
+                if w.wc_flags & e.IBV_WC_WITH_INV:
+                    self.invalidated.add(w.invalidated_rkey)
                 # ibv_wc carries no solicited flag: reported as "-" (no "solicited" cap).
                 out.append("%d,%d,%s,%d,%s,%s,-" % (w.wr_id, w.status, op, w.byte_len, imm, inv))
         return out
