@@ -832,6 +832,9 @@ pub struct Connection {
     /// Half the TSN space or more has been sent: acknowledgements are then
     /// bounded by sequence comparison alone (MR-5.2.3).
     sent_half_space: bool,
+    /// Half the TSN space or more has been received: duplicates are then
+    /// bounded by sequence comparison alone (MR-5.2.2).
+    received_half_space: bool,
     gbn_nak_at: Maybe<u32>,
     /// Delivery stopped at a message whose memory was not resident (MR-9.2.5):
     /// the path to report progress on once it resumes.
@@ -966,6 +969,7 @@ impl Connection {
             nak: Maybe::NONE_NAK,
             nak_after_responses: Maybe::NONE_NAK,
             sent_half_space: false,
+            received_half_space: false,
             gbn_nak_at: Maybe::NONE_U32,
             delivery_stalled: Maybe::NONE_U8,
             last_word: Maybe::NONE_U8,
@@ -1032,6 +1036,7 @@ impl Connection {
         self.nak = Maybe::NONE_NAK;
         self.nak_after_responses = Maybe::NONE_NAK;
         self.sent_half_space = false;
+        self.received_half_space = false;
         self.gbn_nak_at = Maybe::NONE_U32;
         self.delivery_stalled = Maybe::NONE_U8;
         self.last_word = Maybe::NONE_U8;
@@ -1440,6 +1445,15 @@ impl Connection {
         // Spec: MR-5.2.1 (receive record), MR-5.2.2 and MR-4.2.2 — duplicates
         // are never placed or executed twice.
         let d = base.tsn.wrapping_sub(self.rcv_nxt);
+        if d >= 0x8000_0000 && !self.received_since_start(base.tsn) {
+            // Spec: MR-5.2.2 — before the first TSN expected from the peer: not
+            // this connection's (a late packet of an earlier QP with the same
+            // numbers, MR-7.1.5). Answered as a duplicate, its DUP report
+            // widened the new requester's loss detection (MR-5.3.6) for
+            // reordering there never was.
+            self.stats.rx_invalid += 1;
+            return;
+        }
         if d >= 0x8000_0000 || (d < WINDOW && self.rcv_bits.get(base.tsn)) {
             self.stats.rx_dup += 1;
             self.note_arrival(now, p, src_port, ce, &base);
@@ -1490,6 +1504,9 @@ impl Connection {
                 while self.rcv_bits.get(self.rcv_nxt) {
                     self.rcv_bits.clear(self.rcv_nxt);
                     self.rcv_nxt = self.rcv_nxt.wrapping_add(1);
+                }
+                if self.rcv_nxt.wrapping_sub(self.cfg.peer_initial_tsn) >= 0x8000_0000 {
+                    self.received_half_space = true;
                 }
                 let every = self.cfg.ack_every as u16;
                 let delay = self.cfg.ack_delay.as_nanos();
@@ -2394,6 +2411,15 @@ impl Connection {
         }
         let back = self.snd_nxt.wrapping_sub(cum);
         back <= if self.sent_half_space { 0x7fff_ffff } else { sent }
+    }
+
+    /// Spec: MR-5.2.2 — whether `tsn` (behind `rcv_nxt`) can be a duplicate of
+    /// this connection's: no further behind `rcv_nxt` than the first TSN it
+    /// expected from its peer, or, once half the TSN space has been received,
+    /// than half the space.
+    fn received_since_start(&self, tsn: u32) -> bool {
+        let back = self.rcv_nxt.wrapping_sub(tsn);
+        self.received_half_space || back <= self.rcv_nxt.wrapping_sub(self.cfg.peer_initial_tsn)
     }
 
     /// Marks one in-flight TSN acknowledged by an ACK echoing path `echo`;
@@ -3723,7 +3749,7 @@ mod size_tests {
             assert_eq!(core::mem::size_of::<MsgSlot>(), 144);
             assert_eq!(core::mem::size_of::<SqEntry>(), 80);
             assert_eq!(core::mem::size_of::<Path>(), 184);
-            assert_eq!(core::mem::size_of::<Connection>(), 28_216);
+            assert_eq!(core::mem::size_of::<Connection>(), 28_224);
         }
     }
 }
