@@ -888,13 +888,31 @@ def t_duplicate(T):
               L.conf["ack_delay_us"])
         check(int(a.ack.ack_flags) & M.AF_DUP, "ACK for a duplicate lacks DUP: %s", a)
         check(T.dut.mem_read(rkey, 0, 4) == b"BBBB", "duplicate was placed again")
-        # An old TSN far below rcv_nxt is a duplicate too.
-        b = bytearray(good_write(L, rkey, va, payload=b"CCCC"))
-        b[12:16] = ((L.tsn - 100) & 0xFFFFFFFF).to_bytes(4, "big")
-        L.send_raw(bytes(b), 3)
-        a = L.recv_ack(0.2)
-        check(a is not None and int(a.ack.ack_flags) & M.AF_DUP, "old TSN: %s", a)
-        check(T.dut.mem_read(rkey, 0, 4) == b"BBBB", "old-TSN packet was placed")
+
+
+@case("MR-5.2.2 MR-7.1.5",
+      "a packet before the first TSN the DUT expects (a late one of an earlier QP with the same "
+      "numbers) is discarded without response, not answered as a duplicate")
+def t_before_first_tsn(T):
+    with link(T, ack_delay_us=Prefer(300000), ack_every=Prefer(16)) as L:
+        rkey, va = mr(T, "w")
+        t = L.req(WRITE, payload=b"AAAA", rkey=rkey, va=va, msn=0)
+        L.msn = 1
+        check(L.cum_reaches((t + 1) & 0xFFFFFFFF) is not None, "first WRITE not acked")
+        L.silent(0.02)
+        for back in (1, 100, 1 << 20):
+            b = bytearray(good_write(L, rkey, va, payload=b"CCCC"))
+            b[12:16] = ((L.tsn0 - back) & 0xFFFFFFFF).to_bytes(4, "big")
+            L.send_raw(bytes(b), 3)
+            got = L.silent(0.1)
+            check(not got, "TSN %d before the first answered: %s", back, got[:2])
+        check(T.dut.mem_read(rkey, 0, 4) == b"AAAA", "a packet before the first TSN was placed")
+        # The connection goes on: the next message is placed and acknowledged.
+        t = L.req(WRITE, payload=b"DDDD", rkey=rkey, va=va, msn=1)
+        L.msn = 2
+        a = L.cum_reaches((t + 1) & 0xFFFFFFFF)
+        check(a is not None and not int(a.ack.ack_flags) & M.AF_DUP, "next WRITE: %s", a)
+        check(T.dut.mem_read(rkey, 0, 4) == b"DDDD", "next WRITE not placed")
 
 
 def window_edges(T, ack_req):
