@@ -445,9 +445,10 @@ class Helper:
                 op = WC_OPCODES.get(w.opcode, "recv") if w.status == 0 or \
                     w.opcode in WC_OPCODES else "recv"
                 imm = "%#x" % socket.ntohl(w.imm_data) if w.wc_flags & e.IBV_WC_WITH_IMM else "-"
-                inv = "%#x" % w.invalidated_rkey if w.wc_flags & e.IBV_WC_WITH_INV else "-"
+                # ibv_wc's invalidated_rkey shares imm_data's place (host order).
+                inv = "%#x" % w.imm_data if w.wc_flags & e.IBV_WC_WITH_INV else "-"
                 if w.wc_flags & e.IBV_WC_WITH_INV:
-                    self.invalidated.add(w.invalidated_rkey)
+                    self.invalidated.add(w.imm_data)
                 # ibv_wc carries no solicited flag: reported as "-" (no "solicited" cap).
                 out.append("%d,%d,%s,%d,%s,%s,-" % (w.wr_id, w.status, op, w.byte_len, imm, inv))
         return out

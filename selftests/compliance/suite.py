@@ -187,7 +187,7 @@ def main():
                 try:
                     out.write("#   DUT: %s\n" % " ".join(
                         "%s=%s" % kv for kv in dut.cmd("diag").items()))
-                except DutError as e:
+                except (DutError, OSError) as e:    # e.g. the helper died
                     out.write("#   DUT diag: %s\n" % e)
             if args.fail_fast:
                 skip_all = "fail-fast after %s" % c.name
