@@ -119,21 +119,22 @@ const ROCEV2_UDP_PORT: u16 = 4791;
 /// The connections' timers and congestion control, as the module parameters set
 /// them (checked at load; a value beyond `u8` becomes one the check refuses).
 pub(crate) fn conn_tuning() -> crate::engine::ConnTuning {
-    let v = |p: &u32| *p;
+    use module_parameters as p;
     crate::engine::ConnTuning {
-        initial_rtt_us: v(module_parameters::initial_rtt_us.value()),
-        min_path_rto_us: v(module_parameters::min_path_rto_us.value()),
-        min_rto_us: v(module_parameters::min_rto_us.value()),
-        max_rto_us: v(module_parameters::max_rto_us.value()),
-        ack_delay_us: v(module_parameters::ack_delay_us.value()),
-        ack_every: u8::try_from(v(module_parameters::ack_every.value())).unwrap_or(0),
-        reply_wait_us: v(module_parameters::reply_wait_us.value()),
-        init_window: v(module_parameters::init_window.value()),
-        max_window: v(module_parameters::max_window.value()),
-        cc_target_delay_us: v(module_parameters::cc_target_delay_us.value()),
-        ecn_gain_shift: u8::try_from(v(module_parameters::ecn_gain_shift.value())).unwrap_or(u8::MAX),
+        initial_rtt_us: *p::initial_rtt_us.value(),
+        min_path_rto_us: *p::min_path_rto_us.value(),
+        min_rto_us: *p::min_rto_us.value(),
+        max_rto_us: *p::max_rto_us.value(),
+        ack_delay_us: *p::ack_delay_us.value(),
+        ack_every: u8::try_from(*p::ack_every.value()).unwrap_or(0),
+        reply_wait_us: *p::reply_wait_us.value(),
+        init_window: *p::init_window.value(),
+        max_window: *p::max_window.value(),
+        cc_target_delay_us: *p::cc_target_delay_us.value(),
+        ecn_gain_shift: u8::try_from(*p::ecn_gain_shift.value()).unwrap_or(u8::MAX),
     }
 }
+
 /// Largest number of paths a connection may use.
 const MAX_PATHS: u32 = 8;
 
