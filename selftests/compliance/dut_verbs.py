@@ -266,20 +266,18 @@ class Helper:
         bind.set_bind_wr(w, MWBindInfo(m, m.buf, n, remote))
         q.qp.post_send(bind)
         end = time.monotonic() + 10.0
-        while time.monotonic() < end:
-            k, wcs = q.cq.poll(1)
-            if k <= 0:
-                time.sleep(0.001)
-                continue
-            if wcs[0].wr_id != BIND_WR_ID:
-                q.held.append(wcs[0])       # the case's, returned by its next poll
-                continue
-            if wcs[0].status != 0:
+        while True:
+            wc = self._next_wc(q, end)
+            if wc is None:
                 w.close()
-                raise Err("memory window bind failed: status %d" % wcs[0].status)
+                raise Err("memory window bind did not complete")
+            if wc.wr_id != BIND_WR_ID:
+                q.held.append(wc)       # the case's, returned by its next poll
+                continue
+            if wc.status != 0:
+                w.close()
+                raise Err("memory window bind failed: status %d" % wc.status)
             return w, bind.rkey
-        w.close()
-        raise Err("memory window bind did not complete")
 
     def c_reg_mr(self, a):
         acc = e.IBV_ACCESS_LOCAL_WRITE
@@ -290,22 +288,19 @@ class Helper:
             if ch not in "rwagi-":
                 raise Err("access %r: only r, w, a, g, i" % ch)
         n = num(a["len"])
+        va = num(a["va"])
+        exact = a.get("exact_va") == "1"
         if "i" in a.get("access", ""):
             # Remotely invalidable: the key is a memory window's over an MR that
             # allows binding one.
             m = MR(self.pd, n, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_MW_BIND)
-            m.write(bytes([num(a.get("fill", "0"))]) * n, n, 0)
             try:
                 w, rkey = self._bind_window(m, n, acc)
             except Exception:
                 m.close()
                 raise
-            self.mrs[rkey] = m
             self.windows[rkey] = w
-            self.newest.mrs.append(rkey)
-            return "rkey=%#x va=%#x" % (rkey, m.buf)
-        va = num(a["va"])
-        if a.get("exact_va") == "1":
+        elif exact:
             # The case needs the MR at `va` (e.g. near 2^64): a buffer of ours
             # registered with `va` as its I/O virtual address, which ib_core wants
             # at the same offset in its page as the buffer.
@@ -313,15 +308,17 @@ class Helper:
             buf = mmap.mmap(-1, (off + n + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE)
             addr = ctypes.addressof(ctypes.c_char.from_buffer(buf)) + off
             m = MREx(self.pd, n, acc, address=addr, iova=va)
-            self.buffers[m.rkey] = buf
+            rkey = m.rkey
+            self.buffers[rkey] = buf
         else:
             m = MR(self.pd, n, acc)
+            rkey = m.rkey
         fill = num(a.get("fill", "0"))
         m.write(bytes([fill]) * n, n, 0)
-        self.mrs[m.rkey] = m
+        self.mrs[rkey] = m
         if self.newest is not None:
-            self.newest.mrs.append(m.rkey)
-        return "rkey=%#x va=%#x" % (m.rkey, va if a.get("exact_va") == "1" else m.buf)
+            self.newest.mrs.append(rkey)
+        return "rkey=%#x va=%#x" % (rkey, va if exact else m.buf)
 
     def c_dereg_mr(self, a):
         self.mr(a)
@@ -458,23 +455,33 @@ class Helper:
         out = self._poll(q, num(a.get("max", "1024")))
         return "n=%d cqes=%s" % (len(out), ";".join(out))
 
+    def _next_wc(self, q, end):
+        """The next completion of q's CQ (a raw WC), waiting for its completion
+        channel's event until `end`; None if none came."""
+        while True:
+            k, wcs = q.cq.poll(1)
+            if k <= 0:
+                q.cq.req_notify()
+                k, wcs = q.cq.poll(1)       # one that raced the arming
+            if k > 0:
+                return wcs[0]
+            left = end - time.monotonic()
+            if left <= 0:
+                return None
+            if select.select([q.ch.fd], [], [], left)[0]:
+                q.ch.get_cq_event(q.cq)
+                q.cq.ack_events(1)
+
     def c_wait_cq(self, a):
         q = self.qp(a)
         n = num(a.get("n", "1"))
         end = time.monotonic() + min(num(a.get("timeout_ms", "1000")), 30000) / 1000.0
         out = self._poll(q, n)
         while len(out) < n:
-            q.cq.req_notify()
-            out += self._poll(q, n - len(out))      # completions that raced the arming
-            if len(out) >= n:
+            wc = self._next_wc(q, end)
+            if wc is None:
                 break
-            left = end - time.monotonic()
-            if left <= 0:
-                break
-            r, _, _ = select.select([q.ch.fd], [], [], left)
-            if r:
-                q.ch.get_cq_event(q.cq)
-                q.cq.ack_events(1)
+            q.held.append(wc)
             out += self._poll(q, n - len(out))
         return "n=%d cqes=%s" % (len(out), ";".join(out))
 

@@ -68,6 +68,11 @@ class Prefer(AtLeast):
         return "%d (preferred)" % self.v
 
 
+def sent_value(v):
+    """What a configurable DUT is given for a case's value (a bound's `v`)."""
+    return v.v if isinstance(v, AtLeast) else v
+
+
 def timers_outpace_tester(L):
     """Whether the DUT's retransmission timers may fire before a scripted peer
     answers (a fixed configuration below SLOW's), so that a retransmission can
@@ -88,8 +93,8 @@ def effective_conf(dut, paths, cfg):
     case's values, in those keys."""
     if dut.has("config"):
         conf = dict(SLOW)
-        conf["paths"] = paths.v if isinstance(paths, AtLeast) else paths
-        conf.update({k: (v.v if isinstance(v, AtLeast) else v) for k, v in cfg.items()})
+        conf["paths"] = sent_value(paths)
+        conf.update({k: sent_value(v) for k, v in cfg.items()})
         return conf, conf
     conf = dict(dut.fixed)
     send = {}
@@ -112,10 +117,10 @@ def effective_conf(dut, paths, cfg):
         why = unmet[0][1]
         if all(k in dut.setup for k, _ in unmet):
             want = {k: v for k, v in SLOW.items() if k in dut.setup}
-            want.update({k: (v.v if isinstance(v, AtLeast) else v) for k, v in cfg.items()
+            want.update({k: sent_value(v) for k, v in cfg.items()
                          if k in dut.setup and k not in send})
             if "paths" in dut.setup and not isinstance(paths, Prefer):
-                want["paths"] = paths.v if isinstance(paths, AtLeast) else paths
+                want["paths"] = sent_value(paths)
             raise NeedsSetup(want, why)
         raise Skip(why)
     return send, conf

@@ -77,18 +77,18 @@ def main():
     t_start = time.monotonic()
 
     def start_dut(conf=None):
-        """The DUT helper (the DUT set up for `conf` first, if given), or why not."""
+        """The DUT helper (the DUT set up for `conf` first, if given), or
+        (None, (what happened: "refused" or "failed", why))."""
         if args.target == "kernel":
-            words = " ".join("%s=%d" % kv for kv in sorted((conf or {}).items()))
+            words = conf_words(conf or {})
             if conf is not None:
                 r = subprocess.run(args.dut_setup.format(conf=words), shell=True,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                 if r.returncode != 0:
                     # rc 2: the DUT refuses these values (a documented range).
-                    return None, ("refused" if r.returncode == 2 else "failed",
-                                  "DUT set-up with %s %s (rc=%d): %s" % (
-                                      words, "refused" if r.returncode == 2 else "failed",
-                                      r.returncode, r.stdout.strip().replace("\n", " | ")))
+                    what = "refused" if r.returncode == 2 else "failed"
+                    return None, (what, "DUT set-up with %s %s (rc=%d): %s" % (
+                        words, what, r.returncode, r.stdout.strip().replace("\n", " | ")))
             argv = shlex.split(args.dut_cmd.format(conf=words))
         else:
             argv = [args.endpoint, "--addr", args.dut_ip, "--port", str(args.port)]
@@ -126,7 +126,7 @@ def main():
     T = lib.Tester(dut, args.tester_ip, args.port, args.dut_ip) if dut is not None else None
 
     results = {}
-    counts = dict(pass_=0, fail=0, skip=0, todo=0)
+    counts = dict.fromkeys(("pass", "fail", "skip", "todo"), 0)
     number = 0
 
     def run_case(c, dut, note="", failed=None, skipped=None):
@@ -140,11 +140,10 @@ def main():
             if failed:
                 out.write("not ok %d - %s\n#   %s\n" % (number, tag, failed))
                 results[c.name] = "fail"
-                counts["fail"] += 1
             else:
                 out.write("ok %d - %s # SKIP %s\n" % (number, tag, skipped))
                 results[c.name] = "skip"
-                counts["skip"] += 1
+            counts[results[c.name]] += 1
             return
         T.dut = dut
         t0 = time.monotonic()
@@ -169,19 +168,17 @@ def main():
         number += 1
         for ln in trace:
             out.write("#   %s\n" % ln)
+        if status == "fail" and c.todo:
+            status = "todo"
         results[c.name] = status
+        counts[status] += 1
         if status == "pass":
-            counts["pass_"] += 1
             out.write("ok %d - %s (%.2fs)\n" % (number, tag, dt))
         elif status == "skip":
-            counts["skip"] += 1
             out.write("ok %d - %s # SKIP %s\n" % (number, tag, msg))
-        elif c.todo:
-            counts["todo"] += 1
-            results[c.name] = "todo"
+        elif status == "todo":
             out.write("not ok %d - %s (%.2fs) # TODO %s\n#   %s\n" % (number, tag, dt, c.todo, msg))
         else:
-            counts["fail"] += 1
             out.write("not ok %d - %s (%.2fs)\n#   %s\n" % (number, tag, dt, msg))
             if dut is not None and dut.has("diag"):
                 try:
@@ -200,25 +197,23 @@ def main():
         run_case(c, dut)
     for key, group in deferred.items():
         conf = dict(key)
-        words = " ".join("%s=%d" % kv for kv in key)
+        words = conf_words(conf)
         if dut is not None:
             dut.close()
         out.write("# again on the DUT set up with %s: %s\n"
                   % (words, " ".join(c.name for c in group)))
         dut, why = start_dut(conf)
         failed = skipped = None
-        if dut is not None:
-            pass
-        elif why[0] == "refused":
+        if dut is None and why[0] == "refused":
             skipped = why[1]
-        else:
+        elif dut is None:
             failed = "kernel DUT helper set up with %s did not start: %s" % (words, why[1])
         for c in group:
             run_case(c, dut, " [DUT set up with %s]" % words, failed, skipped)
 
     if dut is not None:
         dut.close()
-    npass, nfail, ntodo, nskip = counts["pass_"], counts["fail"], counts["todo"], counts["skip"]
+    npass, nfail, ntodo, nskip = counts["pass"], counts["fail"], counts["todo"], counts["skip"]
 
     cov_ok = True
     if not args.no_coverage:
@@ -226,6 +221,11 @@ def main():
     out.write("# %d passed, %d failed, %d known core bugs (TODO), %d skipped in %.1fs\n"
               % (npass, nfail, ntodo, nskip, time.monotonic() - t_start))
     return 0 if nfail == 0 and cov_ok else 1
+
+
+def conf_words(conf):
+    """A DUT configuration as --dut-setup and --dut-cmd take it: 'k=v k=v', sorted."""
+    return " ".join("%s=%d" % kv for kv in sorted(conf.items()))
 
 
 def coverage(out, index, sel, results, n):
