@@ -982,6 +982,26 @@ impl Engine {
         put(c"invariants_ok", u64::from(c.check_invariants().is_ok()));
         put(c"timer_armed", u64::from(c.poll_timeout().is_some()));
         put(c"reordering_multiplier", u64::from(c.reordering_multiplier()));
+        // The connection's path count, timers and windows as it runs them (module
+        // parameters, MR-5.4.1, MR-5.5, MR-8.6.1), named as those parameters: what
+        // a tester on the wire must expect of it, read from the connection itself.
+        let cfg = c.config();
+        let us = |d: Duration| d.as_nanos() / 1000;
+        put(c"num_paths", u64::from(cfg.num_paths));
+        put(c"ack_every", u64::from(cfg.ack_every));
+        put(c"ack_delay_us", us(cfg.ack_delay));
+        put(c"reply_wait_us", us(cfg.reply_wait));
+        put(c"initial_rtt_us", us(cfg.initial_rtt));
+        put(c"min_path_rto_us", us(cfg.min_path_rto));
+        put(c"min_rto_us", us(cfg.min_rto));
+        put(c"max_rto_us", us(cfg.max_rto));
+        put(c"init_window", u64::from(cfg.cc.init_window));
+        put(c"max_window", u64::from(cfg.cc.max_window));
+        put(c"cc_target_delay_us", u64::from(cfg.cc.target_qdelay_ns) / 1000);
+        put(c"cc_ai_bytes", u64::from(cfg.cc.ai_bytes));
+        put(c"cc_beta_q16", u64::from(cfg.cc.beta_q16));
+        put(c"cc_max_mdf_q16", u64::from(cfg.cc.max_mdf_q16));
+        put(c"ecn_gain_shift", u64::from(cfg.cc.ecn_gain_shift));
         // One row per path the protocol core can run (`num_paths` is at most this):
         // health, window, bytes in flight, RTT, and the UDP source port with the
         // times the path moved to a new one (MR-6.3.2), by which a tester on the

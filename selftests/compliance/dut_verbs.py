@@ -54,6 +54,15 @@ FIXED = dict(paths=8, ack_delay_us=500, ack_every=4, initial_rtt_us=500, min_pat
              min_rto_us=50000, max_rto_us=500000, init_window=128 * 1024,
              max_window=4 * 1024 * 1024, target_qdelay_us=1000, ai=4096, beta_q16=52429,
              max_mdf_q16=32768, ecn_g_shift=4)
+# Each FIXED key's name among a connected QP's driver attributes (engine.rs
+# describe), by which _check_conf compares the table with what the module runs.
+MODULE_NAMES = dict(paths="num_paths", ack_delay_us="ack_delay_us", ack_every="ack_every",
+                    initial_rtt_us="initial_rtt_us", min_path_rto_us="min_path_rto_us",
+                    min_rto_us="min_rto_us", max_rto_us="max_rto_us", init_window="init_window",
+                    max_window="max_window", target_qdelay_us="cc_target_delay_us",
+                    ai="cc_ai_bytes", beta_q16="cc_beta_q16", max_mdf_q16="cc_max_mdf_q16",
+                    ecn_g_shift="ecn_gain_shift")
+assert set(MODULE_NAMES) == set(FIXED)
 # The create_qp keys a module parameter sets (for all QPs of a load): the suite's
 # --dut-setup reloads the module with other values of these (metaroce_compliance.sh).
 SETUP = ("paths", "ack_delay_us", "ack_every", "initial_rtt_us", "min_path_rto_us", "min_rto_us",
@@ -204,6 +213,7 @@ class Helper:
         self.buffers = {}     # rkey -> the mmap an exact_va MR registers
         self.windows = {}     # rkey -> the memory window it names (access i)
         self.invalidated = set()    # keys a completion reported invalidated
+        self.conf_checked = False   # _check_conf passed on a QP of this helper
 
     def qp(self, a):
         q = self.qps.get(num(a["qpn"]))
@@ -231,7 +241,29 @@ class Helper:
         q = Qp(self, a)
         self.qps[q.qpn] = q
         self.newest = q
+        if not self.conf_checked:
+            self._check_conf(q)
         return "qpn=%#x" % q.qpn
+
+    def _qp_details(self, q):
+        """The QP's driver attributes (`rdma -dd resource show qp`), name -> value."""
+        r = subprocess.run(["rdma", "-dd", "resource", "show", "qp", "link", self.dev + "/1",
+                            "lqpn", str(q.qpn)], capture_output=True, text=True, timeout=10)
+        if r.returncode != 0:
+            raise Err("rdma resource show qp: %s" % r.stderr.strip())
+        return {m.group(1): int(m.group(2))
+                for m in re.finditer(r"\b(?:drv_)?([a-z][a-z0-9_]*) (\d+)\b", r.stdout)}
+
+    def _check_conf(self, q):
+        """The values hello reported as fixed (FIXED, with --conf) are those the
+        module's connection runs, as it reports them: a default changed in the
+        module and not here would otherwise mislead every case that reads them."""
+        have = self._qp_details(q)
+        wrong = ["%s=%s (module: %s)" % (k, self.conf[k], have.get(attr))
+                 for k, attr in MODULE_NAMES.items() if have.get(attr) != self.conf[k]]
+        if wrong:
+            raise Err("the helper's view of the module is wrong: " + " ".join(wrong))
+        self.conf_checked = True
 
     def c_destroy_qp(self, a):
         q = self.qp(a)
@@ -494,14 +526,11 @@ class Helper:
         """The QP's paths as the module reports them (`rdma -dd resource show qp`:
         its driver attributes path<i>_status, _port, _cwnd, _inflight, _srtt_ns,
         _gen), in dut.py's form."""
-        q = self.qp(a)
-        r = subprocess.run(["rdma", "-dd", "resource", "show", "qp", "link", self.dev + "/1",
-                            "lqpn", str(q.qpn)], capture_output=True, text=True, timeout=10)
-        if r.returncode != 0:
-            raise Err("rdma resource show qp: %s" % r.stderr.strip())
         rows = {}
-        for m in re.finditer(r"\b(?:drv_)?path(\d+)_([a-z_]+) (\d+)", r.stdout):
-            rows.setdefault(int(m.group(1)), {})[m.group(2)] = int(m.group(3))
+        for name, v in self._qp_details(self.qp(a)).items():
+            m = re.fullmatch(r"path(\d+)_([a-z_]+)", name)
+            if m:
+                rows.setdefault(int(m.group(1)), {})[m.group(2)] = v
         out = []
         for i in sorted(rows):
             p = rows[i]

@@ -203,6 +203,9 @@ def main():
         out.write("# again on the DUT set up with %s: %s\n"
                   % (words, " ".join(c.name for c in group)))
         dut, why = start_dut(conf)
+        # A fresh helper: one that died under an earlier group's case fails
+        # that group's later cases, not this group's.
+        crashed = None
         failed = skipped = None
         if dut is None and why[0] == "refused":
             skipped = why[1]
