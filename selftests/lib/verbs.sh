@@ -215,6 +215,13 @@ vb_round_trip_us() {
     # shellcheck disable=SC2086
     (set -- ${VB_SUMMARY:-}; awk -v t="${6:-0}" 'BEGIN { printf "%d", 2 * t }')
 }
+# The same run's mean round trip (twice t_avg, the 7th field): what an RTT estimate
+# that averages its samples (srtt) follows, where a heavy tail moves the mean far
+# from the typical figure.
+vb_mean_round_trip_us() {
+    # shellcheck disable=SC2086
+    (set -- ${VB_SUMMARY:-}; awk -v t="${7:-0}" 'BEGIN { printf "%d", 2 * t }')
+}
 
 # rping -V validates each round trip (server RDMA-reads the client's buffer, writes it
 # back); -v prints it, and every printed line must be exactly the pattern rping wrote:

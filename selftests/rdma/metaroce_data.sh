@@ -176,7 +176,7 @@ reply_wait_case
 # concurrent run had just armed stalled in four runs of four on this link (it passed
 # once on 1500-byte veths).
 lossy_request_response_case() {
-    local n=${VB_LOSSY_RR_ITERS:-10000} tp0 pt0 tp pt rtt
+    local n=${VB_LOSSY_RR_ITERS:-10000} tp0 pt0 tp pt rtt mean
     # The bench's latency link: 64 KiB veths, rc_mtu=32768.
     check "load rdma_metaroce rc_mtu=32768 for request/response under loss" mrc_insmod rc_mtu=32768
     mk_hosts
@@ -187,8 +187,8 @@ lossy_request_response_case() {
     tp0=$(vb_counter "$VB_DEV_A" tail_probes) pt0=$(vb_counter "$VB_DEV_A" path_timeouts)
     VB_ITERS=$n vb_perftest " under netem loss 1%" ib_send_lat -s 8
     tp=$(( $(vb_counter "$VB_DEV_A" tail_probes) - tp0 )) pt=$(( $(vb_counter "$VB_DEV_A" path_timeouts) - pt0 ))
-    rtt=$(vb_round_trip_us)
-    ktap_diag "$VB_DEV_A: $tp tail probes, $pt path timeouts in $n round trips; round trip ${rtt} us"
+    rtt=$(vb_round_trip_us) mean=$(vb_mean_round_trip_us)
+    ktap_diag "$VB_DEV_A: $tp tail probes, $pt path timeouts in $n round trips; round trip ${rtt} us, mean ${mean} us"
     # A tail probe waits 2 srtt + 0.5 ms, srtt being the largest of the QP's four
     # paths; a path times out at 10 ms at the earliest. The count tells the two
     # apart only while that wait stays well inside the floor: a round trip of at
@@ -197,7 +197,11 @@ lossy_request_response_case() {
     # wait to the floor and the path timeout fires first (the debug kernel: 3.7 ms
     # on one host, 11 path timeouts to 184 probes; under 3 ms on CI's on
     # 2026-12-02, one path timeout to ten probes or more). There the count is not
-    # asserted; the plain kernel (round trips of 60-100 us) asserts it.
+    # asserted; the plain kernel (round trips of 60-100 us) asserts it. srtt
+    # averages its samples, so the mean round trip must stay inside that too: a
+    # jittery guest's typical round trip of 181 us came with a mean of 1.9 ms
+    # (36 path timeouts to 177 probes, 2026-12-07).
+    [ "$mean" -gt "$rtt" ] && rtt=$mean
     if [ "$rtt" -gt 0 ] && [ "$rtt" -le 1000 ]; then
         check "$VB_DEV_A's tail probes recovered its losses, fewer than one in ten waited for a path timeout" \
             test "$tp" -gt 0 -a $((pt * 10)) -lt "$tp"
