@@ -31,7 +31,8 @@
 //!   has flushed the receives it holds too (MR-7.3).
 //!
 //! [`run_variants`] reads a first byte that switches on [`Variants`]:
-//! unsignaled work requests, shared receive queues, a responder that sends
+//! unsignaled work requests, shared receive queues (which other QPs' messages
+//! drain now and then, as on an SRQ several QPs share), a responder that sends
 //! from the QPN-derived TSN (a verbs QP left in RTR), fewer READs and
 //! atomics outstanding, congestion control at its tightest delay target, and
 //! reconnection of both QPs with the same numbers while the earlier pair's
@@ -325,6 +326,15 @@ impl Side {
                 self.open_sends.push_back((wr_id, signaled));
             }
             Err(_) => {}
+        }
+    }
+
+    /// A message of another QP on this side's shared receive queue took the
+    /// queue's oldest WQE: it completes there, never here.
+    fn sibling_takes_shared_recv(&mut self) {
+        let taken = self.mem.shared.as_ref().and_then(|q| q.borrow_mut().pop_front());
+        if let Some(wr) = taken {
+            self.open_recvs.remove(&wr.wr_id);
         }
     }
 
@@ -647,8 +657,15 @@ impl Pair {
                         let side = &mut self.sides[i];
                         side.conn.resume_delivery(Instant(self.now), &mut side.mem);
                     }
-                    // Rare: the consumer takes a QP out of service.
-                    3 if s.byte() == 0xa5 => self.sides[i].conn.set_error(),
+                    3 => match s.byte() {
+                        // Rare: the consumer takes a QP out of service.
+                        0xa5 => self.sides[i].conn.set_error(),
+                        // Another QP on the same shared receive queue takes
+                        // its oldest WQE (MR-4.2.3): this connection must
+                        // neither complete it nor miss it.
+                        0x30..=0x3f => self.sides[i].sibling_takes_shared_recv(),
+                        _ => {}
+                    },
                     4 => match s.byte() {
                         0xa5 => self.sides[i].conn.close(),
                         0x5a if self.variants.reconnect => self.reset_one(i, s),
