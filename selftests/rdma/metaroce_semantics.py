@@ -150,6 +150,40 @@ a.qp.post_send(w)
 sc, rc = a.poll(), b.poll()
 tap(len(rc) == 1 and rc[0].opcode == e.IBV_WC_RECV_RDMA_WITH_IMM and rc[0].imm_data == 0xabcdef
     and b.mr.read(100, 2000) == b'W' * 100, 'RDMA WRITE_WITH_IMM places data and consumes a receive', rc)
+
+# NCCL's IB transport: its receives have no scatter list (the data comes by RDMA
+# WRITE WITH IMMEDIATE, to the writer's address), one of its writes carries no data
+# (the immediate alone), and its regions ask for relaxed ordering (an optional
+# access flag, which a device without it ignores).
+nccl = MR(b.pd, 4096, ALL | e.IBV_ACCESS_RELAXED_ORDERING)
+for wr_id in (90, 91):
+    b.qp.post_recv(RecvWR(wr_id=wr_id, num_sge=0))
+a.mr.write(b'N' * 200, 200, 1200)
+w = SendWR(wr_id=92, opcode=e.IBV_WR_RDMA_WRITE_WITH_IMM, num_sge=1, imm_data=0x11,
+           sg=[sge(a.mr, 1200, 200)], send_flags=e.IBV_SEND_SIGNALED)
+w.set_wr_rdma(nccl.rkey, nccl.buf + 100)
+a.qp.post_send(w)
+# (pyverbs builds a SendWR with at least one SGE; the list is then cut to none.)
+w = SendWR(wr_id=93, opcode=e.IBV_WR_RDMA_WRITE_WITH_IMM, num_sge=1, imm_data=0x22,
+           sg=[sge(a.mr, 0, 0)], send_flags=e.IBV_SEND_SIGNALED)
+w.num_sge = 0
+w.set_wr_rdma(nccl.rkey, nccl.buf)
+a.qp.post_send(w)
+sc, rc = a.poll(2), b.poll(2)
+tap([(w.wr_id, w.status) for w in sc] == [(92, e.IBV_WC_SUCCESS), (93, e.IBV_WC_SUCCESS)]
+    and [(w.wr_id, w.opcode, w.imm_data, w.byte_len) for w in rc]
+    == [(90, e.IBV_WC_RECV_RDMA_WITH_IMM, 0x11, 200), (91, e.IBV_WC_RECV_RDMA_WITH_IMM, 0x22, 0)]
+    and nccl.read(200, 100) == b'N' * 200,
+    "NCCL's pattern: receives without SGEs, WRITE_WITH_IMM with and without data, "
+    'a relaxed-ordering region', (sc, rc))
+nccl.close()
+# NCCL asks for enhanced connection establishment and goes on without it when the
+# device answers EOPNOTSUPP (any other error fails its connection).
+try:
+    a.qp.query_ece()
+    tap(False, 'ibv_query_ece: EOPNOTSUPP')
+except PyverbsRDMAError as x:
+    tap(x.error_code == errno.EOPNOTSUPP, 'ibv_query_ece: EOPNOTSUPP', x)
 def to_b(wr_id, opcode, off, length, remote_off):
     """A signaled WR of a's naming `length` bytes at `off` of a's MR and
     `remote_off` of b's."""
