@@ -212,4 +212,66 @@ lossy_request_response_case() {
     check "rmmod rdma_metaroce (request/response under loss)" rmmod rdma_metaroce
 }
 lossy_request_response_case
+
+# Verbs applications beyond perftest and rdma-core's examples, unmodified, over
+# rdma_cm: libfabric's verbs provider (fi_pingpong on a connected MSG endpoint, its
+# receiver checking every message's bytes) and qperf (RC SEND, RDMA WRITE and READ
+# bandwidth, SEND latency, both atomics). Each must run to its end with results,
+# over MetaRoCE (its packet count moves).
+_fi_pingpong_ok() {
+    VB_WHY='' VB_SUMMARY=''
+    # One result row per transfer size: bytes, #sent, #ack ("=N": all acknowledged),
+    # total, time, MB/sec, ...
+    local rows
+    rows=$(grep -cE '^[0-9]+[kmg]?[[:space:]]+[0-9]+[kmg]?[[:space:]]+=[0-9]' "$1".client)
+    [ "$rows" -ge 1 ] || { VB_WHY="no result row"; return 1; }
+    if grep -qi 'integrity\|error' "$1".client "$1".client.err "$1".server "$1".server.err; then
+        VB_WHY=$(grep -hi 'integrity\|error' "$1".client "$1".client.err "$1".server "$1".server.err | head -n 1)
+        return 1
+    fi
+    VB_SUMMARY="$rows transfer sizes, every message checked"
+}
+_qperf_ok() {
+    VB_WHY='' VB_SUMMARY=''
+    local t want=$QPERF_TESTS got
+    # Each test prints its name, then "bw = N unit" or "latency = N unit" (or, for
+    # the atomics, "msg_rate = N unit").
+    for t in $want; do
+        got=$(awk -v t="$t:" '$1 == t {f = 1; next} f && NF >= 3 && $2 == "=" {print $3; exit}' "$1".client)
+        if ! awk -v v="${got:-0}" 'BEGIN { exit !(v + 0 > 0) }'; then
+            VB_WHY="$t: no measured figure"; return 1
+        fi
+        VB_SUMMARY="${VB_SUMMARY:+$VB_SUMMARY, }$t $got"
+    done
+}
+QPERF_TESTS="rc_bw rc_lat rc_rdma_write_bw rc_rdma_read_bw rc_compare_swap_mr rc_fetch_add_mr"
+applications_case() {
+    local rx0 rx1
+    # From the toolchain root's package list (tools/root-packages.txt).
+    if command -v fi_pingpong > /dev/null && command -v qperf > /dev/null; then
+        ktap_pass "fi_pingpong (libfabric-bin) and qperf are installed"
+    else
+        ktap_fail "fi_pingpong (libfabric-bin) and qperf are installed (tools/root-packages.txt)"
+        return
+    fi
+    check "load rdma_metaroce for verbs applications" mrc_insmod
+    mk_hosts
+    links_up " for verbs applications"
+    rx0=$(vb_counter "$VB_DEV_B" rx_packets)
+    # Each end names its address (-s): the verbs provider finds its device by it.
+    VB_SRV=(fi_pingpong -p verbs -e msg -s "$VB_ADDR_B" -B 47592 -I 50 -c)
+    VB_CLI=(fi_pingpong -p verbs -e msg -s "$VB_ADDR_A" -P 47592 -I 50 -c "$VB_ADDR_B")
+    _vb_pair "fi_pingpong -p verbs -e msg -c (libfabric's verbs provider, 64 B to 1 MiB, 50 messages each)" \
+        _fi_pingpong_ok vb_tcp_listening hostB 47592
+    VB_SRV=(qperf -lp 19766)
+    # shellcheck disable=SC2206  # test names are words
+    VB_CLI=(qperf -lp 19766 -cm1 -t 2 "$VB_ADDR_B" $QPERF_TESTS quit)
+    _vb_pair "qperf -cm1 $QPERF_TESTS" _qperf_ok vb_tcp_listening hostB 19766
+    rx1=$(vb_counter "$VB_DEV_B" rx_packets)
+    check "the applications' traffic went over MetaRoCE ($VB_DEV_B received $((rx1 - rx0)) packets)" \
+        test "$((rx1 - rx0))" -gt 1000
+    vb_links_del; rm_hosts
+    check "rmmod rdma_metaroce (verbs applications)" rmmod rdma_metaroce
+}
+applications_case
 ktap_finish
