@@ -265,6 +265,8 @@ pub(crate) struct ConnectParams {
     pub(crate) retry_cnt: u8,
     pub(crate) rnr_retry: u8,
     pub(crate) min_rnr_timer: u8,
+    /// Verbs' Local ACK Timeout code (4.096 µs × 2^timeout; 0: none given).
+    pub(crate) timeout: u8,
     /// The device's timers and congestion control (module parameters).
     pub(crate) tuning: ConnTuning,
 }
@@ -824,8 +826,13 @@ impl Engine {
         let us = |v: u32| Duration::from_micros(u64::from(v));
         cfg.initial_rtt = us(t.initial_rtt_us);
         cfg.min_path_rto = us(t.min_path_rto_us);
-        cfg.min_rto = us(t.min_rto_us);
-        cfg.max_rto = us(t.max_rto_us);
+        // Spec: MR-7.1.2 — verbs' Local ACK Timeout is the connection RTO's floor
+        // when it is longer than the module's (rdma_cm gives ~0.5-1 s, perftest
+        // 67 ms); the ceiling after backoff is never below the floor. 0 (IBTA:
+        // no timer) leaves the module's floor.
+        let local_ack = Duration::from_nanos(4096u64 << p.timeout.min(31));
+        cfg.min_rto = us(t.min_rto_us).max(if p.timeout == 0 { Duration::from_nanos(0) } else { local_ack });
+        cfg.max_rto = us(t.max_rto_us).max(cfg.min_rto);
         cfg.ack_delay = us(t.ack_delay_us);
         cfg.ack_every = t.ack_every;
         // Spec: MR-5.4.6 — a request/response conversation carries its ACKs in
@@ -2192,12 +2199,23 @@ mod tests {
             retry_cnt: 7,
             rnr_retry: 7,
             min_rnr_timer: 0,
+            timeout: 0,
             tuning: t,
         };
         let cfg = Engine::connection_config(3, QpType::Rc, 4096, 1, &p);
         assert_eq!(cfg.initial_rtt, Duration::from_micros(7));
         assert_eq!((cfg.ack_delay, cfg.ack_every), (Duration::from_micros(9), 64));
+        assert_eq!(cfg.min_rto, Duration::from_micros(u64::from(d.min_rto_us)));
         assert_eq!(cfg.max_rto, Duration::from_micros(u64::from(d.max_rto_us)));
         assert_eq!((cfg.cc.init_window, cfg.cc.ecn_gain_shift), (4096, 0));
+        // Spec: MR-7.1.2 — a Local ACK Timeout longer than the module's floor
+        // raises it (and the ceiling with it); a shorter one leaves it.
+        let with = |timeout| Engine::connection_config(3, QpType::Rc, 4096, 1, &ConnectParams { timeout, ..p });
+        let rdma_cm = with(17);
+        assert_eq!(rdma_cm.min_rto, Duration::from_nanos(4096 << 17));
+        assert_eq!(rdma_cm.max_rto, Duration::from_nanos(4096 << 17));
+        assert_eq!(with(14).min_rto, Duration::from_nanos(4096 << 14));
+        assert_eq!(with(14).max_rto, Duration::from_micros(u64::from(d.max_rto_us)));
+        assert_eq!(with(10).min_rto, Duration::from_micros(u64::from(d.min_rto_us)));
     }
 }

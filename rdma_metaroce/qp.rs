@@ -269,6 +269,7 @@ impl Qp {
             retry_cnt: a.retry_cnt,
             rnr_retry: a.rnr_retry,
             min_rnr_timer: a.min_rnr_timer,
+            timeout: a.timeout,
             tuning: t.conn,
         };
         match u.state {

@@ -178,7 +178,9 @@ class Qp:
         attr.max_dest_rd_atomic = rd
         if "rnr_timer" in a:
             attr.min_rnr_timer = verbs_rnr_code(num(a["rnr_timer"]))
-        attr.timeout = 14
+        # 0: no Local ACK Timeout, so the connection RTO floor is the module's
+        # min_rto_us, which the suite sets (MR-7.1.2 maps a longer timeout onto it).
+        attr.timeout = 0
         attr.retry_cnt = num(a.get("retry_cnt", "7"))
         attr.rnr_retry = num(a.get("rnr_retry", "7"))
         gr = GlobalRoute(dgid=GID(mapped_gid(a["peer"])), sgid_index=h.gid_index, hop_limit=64)
